@@ -1,0 +1,55 @@
+"""OrderPersisterFunction: OrderQueue's consumer (SPEC §5).
+
+Each record is decided on its own; failures are reported per record
+(``batchItemFailures``) so SQS retries only those, and after maxReceiveCount
+moves them to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.db import Database
+from seckill.gate import Gate
+from seckill.messages import OrderMessage
+from seckill.persistence import persist_order
+from seckill.scripts import Scripts
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="Seckill")
+# A batch whose every record failed is still answered with batchItemFailures, not an exception.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+settings = Settings.from_env()
+redis = redis_client(settings)
+gate = Gate(redis, Scripts.register(redis))
+db = Database.from_settings(settings)
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord) -> None:
+    message = OrderMessage.from_json(record.body)
+    decision = persist_order(db, gate, message)
+    logger.info(
+        "order decided",
+        extra={"orderId": str(message.order_id), "status": decision.status, "reason": decision.reason,
+               "changed": decision.changed},
+    )
+    if decision.changed:
+        metrics.add_metric(name=f"Orders{decision.status.title()}", unit=MetricUnit.Count, value=1)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,124 @@
+"""SeckillApiFunction: every HTTP route of the service (SPEC §3).
+
+Thin by design: Powertools wiring and module-level clients here, the rules in
+the ``seckill`` package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from seckill import orders, results, vouchers
+from seckill.clients import redis_client, sqs_client
+from seckill.config import Settings
+from seckill.db import Database
+from seckill.errors import Forbidden, SeckillError, TryAgain, Unauthorized
+from seckill.gate import Gate
+from seckill.ids import parse_id
+from seckill.messages import OrderQueue
+from seckill.scripts import Scripts
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="Seckill")
+app = APIGatewayHttpResolver()
+
+settings = Settings.from_env()
+redis = redis_client(settings)
+gate = Gate(redis, Scripts.register(redis), settings.refusal_cache_seconds)
+queue = OrderQueue(sqs_client(), settings.order_queue_url)
+db = Database.from_settings(settings)
+
+
+def current_user() -> int:
+    """The user id the authorizer put in the request context; nothing else is trusted."""
+    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+    user_id = (context.get("lambda") or {}).get("userId")
+    if user_id is None:
+        raise Unauthorized("login required")
+    return parse_id(user_id, "userId")
+
+
+def require_admin() -> None:
+    """Admin routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
+    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+    if not context.get("iam"):
+        raise Forbidden("admin credentials required")
+
+
+@app.post("/voucher-order/seckill/<voucherId>")
+@tracer.capture_method
+def seckill(voucherId: str) -> Response:
+    user_id = current_user()
+    voucher_id = parse_id(voucherId, "voucherId")
+    order_id = orders.place_order(gate, queue, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+    metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
+    return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
+
+
+@app.get("/voucher-order/<orderId>")
+@tracer.capture_method
+def order_status(orderId: str) -> Response:
+    user_id = current_user()
+    order_id = parse_id(orderId, "orderId")
+    return results.ok(orders.order_status(db, redis, order_id, user_id))
+
+
+@app.get("/voucher/list/<shopId>")
+@tracer.capture_method
+def list_vouchers(shopId: str) -> Response:
+    return results.ok(vouchers.list_vouchers(db, parse_id(shopId, "shopId")))
+
+
+@app.post("/voucher/seckill")
+@tracer.capture_method
+def add_seckill_voucher() -> Response:
+    require_admin()
+    voucher = vouchers.parse_voucher(app.current_event.decoded_body, vouchers.SeckillVoucherIn, settings.timezone)
+    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+    logger.info("seckill voucher created", extra={"voucherId": voucher_id})
+    return results.ok(voucher_id, status=201)
+
+
+@app.post("/voucher")
+@tracer.capture_method
+def add_voucher() -> Response:
+    require_admin()
+    voucher = vouchers.parse_voucher(app.current_event.decoded_body, vouchers.VoucherIn, settings.timezone)
+    return results.ok(vouchers.create_voucher(db, voucher), status=201)
+
+
+@app.exception_handler(SeckillError)
+def refused(error: SeckillError) -> Response:
+    if isinstance(error, TryAgain):
+        logger.warning("order not queued, reservation released", exc_info=error.__cause__)
+        metrics.add_metric(name="OrdersNotQueued", unit=MetricUnit.Count, value=1)
+    else:
+        metrics.add_metric(name=f"Refused{error.code}", unit=MetricUnit.Count, value=1)
+    return results.fail(error.status, error.code, error.message)
+
+
+@app.not_found
+def no_route(_: NotFoundError) -> Response:
+    return results.fail(404, "NOT_FOUND", "no such route")
+
+
+@app.exception_handler(Exception)
+def unexpected(error: Exception) -> Response:
+    # Logged whole for us, never shown to the client.
+    logger.exception("unhandled error")
+    return results.fail(500, "INTERNAL_ERROR", "internal error")
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

@@ -1,0 +1,112 @@
+"""MySQL access: one connection per thread, kept alive across idle periods.
+
+A Lambda container is frozen between invocations and RDS Proxy or MySQL may
+close an idle connection meanwhile, so a connection that has sat idle is
+pinged (and reconnected) before use.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+from pymysql.cursors import DictCursor
+
+from seckill.config import Settings
+
+IDLE_PING_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Credentials:
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+
+def credentials(settings: Settings) -> Credentials:
+    """From DB_* variables, or from the Secrets Manager secret named by DB_SECRET_ARN."""
+    if not settings.db_secret_arn:
+        return Credentials(settings.db_host, settings.db_port, settings.db_user, settings.db_password, settings.db_name)
+    from aws_lambda_powertools.utilities import parameters
+
+    secret: dict[str, Any] = parameters.get_secret(settings.db_secret_arn, transform="json", max_age=300)
+    return Credentials(
+        host=settings.db_host or secret["host"],
+        port=int(secret.get("port", settings.db_port)),
+        user=secret["username"],
+        password=secret["password"],
+        database=settings.db_name,
+    )
+
+
+def connect(creds: Credentials, *, database: bool = True) -> pymysql.Connection:
+    return pymysql.connect(
+        host=creds.host,
+        port=creds.port,
+        user=creds.user,
+        password=creds.password,
+        database=creds.database if database else None,
+        charset="utf8mb4",
+        autocommit=False,
+        connect_timeout=3,
+        read_timeout=10,
+        write_timeout=10,
+        cursorclass=DictCursor,
+        init_command="SET time_zone = '+00:00'",
+    )
+
+
+class Database:
+    """Thread-safe handle: each thread gets its own connection."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.creds = creds
+        self._local = threading.local()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        return cls(credentials(settings))
+
+    def connection(self) -> pymysql.Connection:
+        conn: pymysql.Connection | None = getattr(self._local, "conn", None)
+        now = time.monotonic()
+        if conn is None:
+            conn = connect(self.creds)
+            self._local.conn = conn
+        elif now - self._local.used > IDLE_PING_SECONDS:
+            conn.ping(reconnect=True)
+        self._local.used = now
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[DictCursor]:
+        """Commits when the block ends normally, rolls back on any exception."""
+        conn = self.connection()
+        try:
+            with conn.cursor() as cursor:
+                yield cursor
+            conn.commit()
+        except BaseException:
+            try:
+                conn.rollback()
+            except pymysql.Error:
+                # A dead connection rolls back by itself; reconnect next time.
+                self.close()
+            raise
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            try:
+                conn.close()
+            except pymysql.Error:
+                pass

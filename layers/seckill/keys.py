@@ -1,0 +1,29 @@
+"""Redis key names. Every key of one voucher shares the ``{voucherId}`` hash tag,
+so the Lua scripts see all of them in one cluster slot."""
+
+from __future__ import annotations
+
+
+def stock(voucher_id: int) -> str:
+    return f"seckill:stock:{{{voucher_id}}}"
+
+
+def buyers(voucher_id: int) -> str:
+    return f"seckill:order:{{{voucher_id}}}"
+
+
+def window(voucher_id: int) -> str:
+    return f"seckill:window:{{{voucher_id}}}"
+
+
+def pending(voucher_id: int) -> str:
+    return f"seckill:pending:{{{voucher_id}}}"
+
+
+def order_status(order_id: int) -> str:
+    """Looked up by order id alone: a hint for the status route, never needed for correctness."""
+    return f"seckill:order-status:{order_id}"
+
+
+def login_token(token: str) -> str:
+    return f"login:token:{token}"

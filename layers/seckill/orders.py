@@ -1,0 +1,94 @@
+"""Placing a seckill order (gate -> order id -> queue) and reading its status."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from seckill import keys
+from seckill.db import Database
+from seckill.errors import NotFound, TryAgain
+from seckill.gate import Gate, Reservation
+from seckill.ids import next_order_id
+from seckill.messages import OrderMessage, OrderQueue
+from seckill.timeutil import from_db, from_ms, iso
+
+log = logging.getLogger(__name__)
+
+PENDING, CONFIRMED, FAILED = "PENDING", "CONFIRMED", "FAILED"
+
+
+def place_order(gate: Gate, queue: OrderQueue, voucher_id: int, user_id: int, *, status_ttl: int) -> int:
+    """Reserve in Redis, then queue the order; the order id is made only for winners.
+
+    A refusal raises the gate's error. If anything after the reservation fails,
+    the reservation is given back and ``TryAgain`` is raised: the client never
+    holds an order id that is not on the queue.
+    """
+    reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+    try:
+        order_id = next_order_id(gate.redis)
+        accepted_at = from_ms(reservation.accepted_ms)
+        if not gate.attach(reservation, order_id):
+            raise RuntimeError("the reservation vanished before its order id was recorded")
+        hint = {"userId": user_id, "voucherId": voucher_id, "createdAt": iso(accepted_at)}
+        gate.redis.set(keys.order_status(order_id), json.dumps(hint), ex=status_ttl)
+        queue.send(OrderMessage(order_id, user_id, voucher_id, accepted_at))
+    except Exception as exc:
+        _release(gate, reservation)
+        raise TryAgain("the order could not be queued, please try again") from exc
+    return order_id
+
+
+def _release(gate: Gate, reservation: Reservation) -> None:
+    try:
+        gate.release(reservation)
+    except Exception:
+        # Redis is unreachable too: the pending record stays, and reconciliation
+        # releases it (no order id reached the client).
+        log.exception("could not release reservation %s", reservation)
+
+
+def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
+    """The database decides CONFIRMED/FAILED; Redis only knows what is still PENDING.
+
+    Another user's order is reported exactly like an unknown one.
+    """
+    with db.transaction() as cursor:
+        cursor.execute(
+            "SELECT user_id, voucher_id, create_time FROM tb_voucher_order WHERE id = %s AND user_id = %s",
+            (order_id, user_id),
+        )
+        row = cursor.fetchone()
+        status, reason = CONFIRMED, None
+        if row is None:
+            cursor.execute(
+                "SELECT user_id, voucher_id, reason, create_time FROM tb_voucher_order_rejection"
+                " WHERE order_id = %s AND user_id = %s",
+                (order_id, user_id),
+            )
+            row = cursor.fetchone()
+            status, reason = FAILED, row and row["reason"]
+    if row is not None:
+        return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(from_db(row["create_time"])))
+    hint = redis.get(keys.order_status(order_id))
+    if hint:
+        data = json.loads(hint)
+        if data.get("userId") == user_id:
+            return _status(order_id, int(data["voucherId"]), user_id, PENDING, None, data.get("createdAt"))
+    raise NotFound("order not found", code="ORDER_NOT_FOUND")
+
+
+def _status(
+    order_id: int, voucher_id: int, user_id: int, status: str, reason: str | None, created_at: str | None
+) -> dict[str, Any]:
+    return {
+        "orderId": str(order_id),
+        "voucherId": voucher_id,
+        "userId": user_id,
+        "status": status,
+        "reason": reason,
+        "createdAt": created_at,
+    }

@@ -1,0 +1,55 @@
+-- The hm-dianping voucher tables, plus the order table's UNIQUE (user_id, voucher_id)
+-- and the record of orders the gate accepted but the database refused.
+-- Every time is UTC.
+CREATE TABLE IF NOT EXISTS tb_voucher (
+  id           BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+  shop_id      BIGINT UNSIGNED NOT NULL COMMENT 'shop id',
+  title        VARCHAR(255)    NOT NULL COMMENT 'title',
+  sub_title    VARCHAR(255)    NULL     COMMENT 'subtitle',
+  rules        VARCHAR(1024)   NULL     COMMENT 'rules of use',
+  pay_value    BIGINT UNSIGNED NOT NULL COMMENT 'price paid, in cents',
+  actual_value BIGINT          NOT NULL COMMENT 'value worth, in cents',
+  type         TINYINT UNSIGNED NOT NULL DEFAULT 0 COMMENT '0 ordinary, 1 seckill',
+  status       TINYINT UNSIGNED NOT NULL DEFAULT 1 COMMENT '1 on sale, 2 withdrawn, 3 expired',
+  create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (id),
+  KEY idx_shop (shop_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
+  voucher_id   BIGINT UNSIGNED NOT NULL COMMENT 'tb_voucher.id',
+  stock        INT             NOT NULL COMMENT 'remaining stock',
+  create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  begin_time   DATETIME(3)     NOT NULL COMMENT 'sale opens (UTC)',
+  end_time     DATETIME(3)     NOT NULL COMMENT 'sale closes (UTC)',
+  update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (voucher_id),
+  CONSTRAINT ck_stock_non_negative CHECK (stock >= 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+CREATE TABLE IF NOT EXISTS tb_voucher_order (
+  id           BIGINT          NOT NULL COMMENT 'the order id the gate handed out',
+  user_id      BIGINT UNSIGNED NOT NULL,
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  pay_type     TINYINT UNSIGNED NOT NULL DEFAULT 1 COMMENT '1 balance, 2 alipay, 3 wechat',
+  status       TINYINT UNSIGNED NOT NULL DEFAULT 1 COMMENT '1 unpaid, 2 paid, 3 used, 4 cancelled, 5 refunding, 6 refunded',
+  create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) COMMENT 'when the gate accepted it',
+  pay_time     DATETIME(3)     NULL,
+  use_time     DATETIME(3)     NULL,
+  refund_time  DATETIME(3)     NULL,
+  update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (id),
+  UNIQUE KEY uk_user_voucher (user_id, voucher_id),
+  KEY idx_voucher (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+CREATE TABLE IF NOT EXISTS tb_voucher_order_rejection (
+  order_id     BIGINT          NOT NULL COMMENT 'the order id the gate handed out',
+  user_id      BIGINT UNSIGNED NOT NULL,
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  reason       VARCHAR(32)     NOT NULL COMMENT 'DUPLICATE_ORDER, SOLD_OUT or VOUCHER_NOT_FOUND',
+  create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (order_id),
+  KEY idx_voucher (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

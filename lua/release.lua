@@ -1,0 +1,17 @@
+-- Gives a reservation back (stock +1, user out of the buyers set), idempotently
+-- and only while the reservation still belongs to the request that made it.
+-- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:pending:{v}
+-- ARGV[1] user id, ARGV[2] request token
+-- Returns 1 when released, 0 when there was nothing of this request's to release.
+local value = redis.call('HGET', KEYS[3], ARGV[1])
+if not value then
+  return 0
+end
+local _, token = string.match(value, '^(%d+):([^:]+)')
+if token ~= ARGV[2] then
+  return 0
+end
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('INCR', KEYS[1])
+return 1
