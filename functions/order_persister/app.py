@@ -41,8 +41,12 @@ def record_handler(record: SQSRecord) -> None:
     decision = persist_order(db, gate, message)
     logger.info(
         "order decided",
-        extra={"orderId": str(message.order_id), "status": decision.status, "reason": decision.reason,
-               "changed": decision.changed},
+        extra={
+            "orderId": str(message.order_id),
+            "status": decision.status,
+            "reason": decision.reason,
+            "changed": decision.changed,
+        },
     )
     if decision.changed:
         metrics.add_metric(name=f"Orders{decision.status.title()}", unit=MetricUnit.Count, value=1)

@@ -7,6 +7,7 @@ pinged (and reconnected) before use.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -106,7 +107,5 @@ class Database:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
-            try:
+            with contextlib.suppress(pymysql.Error):
                 conn.close()
-            except pymysql.Error:
-                pass

@@ -34,4 +34,6 @@ class Scripts:
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        return cls(**{name: redis.register_script(read_script(name)) for name in ("gate", "attach", "release", "settle")})
+        return cls(
+            **{name: redis.register_script(read_script(name)) for name in ("gate", "attach", "release", "settle")}
+        )

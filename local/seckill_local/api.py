@@ -1,0 +1,185 @@
+"""The HTTP API on localhost, as ``sam local start-api`` would serve it.
+
+Routes come from the template's HttpApi events. A route behind the default
+authorizer runs AuthorizerFunction first (payload 2.0, simple responses,
+cached per identity for ReauthorizeEvery seconds, as API Gateway does).
+AWS_IAM routes need a SigV4-signed request; the signature is not verified
+locally, only required, and the function sees an ``iam`` authorizer context.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from seckill_local.lambdas import FunctionPool
+from seckill_local.template import Function, Route, Template
+
+ACCOUNT = "123456789012"
+IAM_CONTEXT = {
+    "accessKey": "LOCAL",
+    "accountId": ACCOUNT,
+    "callerId": "LOCAL",
+    "principalOrgId": None,
+    "userArn": f"arn:aws:iam::{ACCOUNT}:user/local-admin",
+    "userId": "LOCAL",
+}
+
+
+class LocalHttpApi:
+    def __init__(self, template: Template, pools: dict[str, FunctionPool]) -> None:
+        self.routes: list[tuple[Route, Function]] = template.routes()
+        self.pools = pools
+        self.authorizer = template.authorizer()
+        self._auth_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._lock = threading.Lock()
+
+    def handle(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        url = urlsplit(target)
+        for route, fn in self.routes:
+            params = route.match(method, url.path)
+            if params is None:
+                continue
+            event = self._event(route, url.path, url.query, headers, body, params)
+            authorizer: dict[str, Any] = {}
+            if route.auth == "AWS_IAM":
+                if not headers.get("authorization", "").startswith("AWS4-HMAC-SHA256"):
+                    return _gateway(403, "Forbidden")
+                authorizer = {"iam": IAM_CONTEXT}
+            elif route.auth != "NONE" and self.authorizer is not None:
+                token = headers.get("authorization")
+                if not token:
+                    return _gateway(401, "Unauthorized")
+                try:
+                    context = self._authorize(token, event)
+                except Exception:
+                    return _gateway(500, "Internal Server Error")
+                if context is None:
+                    return _gateway(403, "Forbidden")
+                authorizer = {"lambda": context}
+            if authorizer:
+                event["requestContext"]["authorizer"] = authorizer
+            try:
+                result = self.pools[fn.logical_id].invoke(event)
+            except Exception:
+                return _gateway(500, "Internal Server Error")
+            return _http_response(result)
+        return _gateway(404, "Not Found")
+
+    def _authorize(self, token: str, event: dict[str, Any]) -> dict[str, Any] | None:
+        assert self.authorizer is not None
+        function, ttl = self.authorizer
+        now = time.monotonic()
+        with self._lock:
+            cached = self._auth_cache.get(token)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        request = dict(event, type="REQUEST", identitySource=[token])
+        request["routeArn"] = (
+            f"arn:aws:execute-api:us-east-1:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
+        )
+        answer = self.pools[function].invoke(request)
+        context = (answer.get("context") or {}) if answer.get("isAuthorized") is True else None
+        if ttl > 0:
+            with self._lock:
+                self._auth_cache[token] = (now + ttl, context)
+        return context
+
+    @staticmethod
+    def _event(
+        route: Route, path: str, query: str, headers: dict[str, str], body: bytes, params: dict[str, str]
+    ) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        text: str | None
+        try:
+            text, encoded = (body.decode("utf-8"), False) if body else (None, False)
+        except UnicodeDecodeError:
+            text, encoded = base64.b64encode(body).decode(), True
+        route_key = f"{route.method} {route.path}"
+        event: dict[str, Any] = {
+            "version": "2.0",
+            "routeKey": route_key,
+            "rawPath": path,
+            "rawQueryString": query,
+            "headers": headers,
+            "requestContext": {
+                "accountId": ACCOUNT,
+                "apiId": "local",
+                "domainName": "localhost",
+                "domainPrefix": "localhost",
+                "http": {
+                    "method": route.method,
+                    "path": path,
+                    "protocol": "HTTP/1.1",
+                    "sourceIp": "127.0.0.1",
+                    "userAgent": headers.get("user-agent", ""),
+                },
+                "requestId": str(uuid.uuid4()),
+                "routeKey": route_key,
+                "stage": "$default",
+                "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+                "timeEpoch": int(now.timestamp() * 1000),
+            },
+            "isBase64Encoded": encoded,
+        }
+        if query:
+            event["queryStringParameters"] = dict(parse_qsl(query))
+        if params:
+            event["pathParameters"] = params
+        if text is not None:
+            event["body"] = text
+        return event
+
+
+def _gateway(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+    """API Gateway's own answers (before or instead of the function)."""
+    return status, {"content-type": "application/json"}, json.dumps({"message": message}).encode()
+
+
+def _http_response(result: Any) -> tuple[int, dict[str, str], bytes]:
+    if not isinstance(result, dict) or "statusCode" not in result:
+        # Payload 2.0 treats anything else as a 200 JSON body.
+        return 200, {"content-type": "application/json"}, json.dumps(result).encode()
+    body = result.get("body") or ""
+    raw = base64.b64decode(body) if result.get("isBase64Encoded") else str(body).encode()
+    headers = {k.lower(): str(v) for k, v in (result.get("headers") or {}).items()}
+    return int(result["statusCode"]), headers, raw
+
+
+def make_server(api: LocalHttpApi, host: str, port: int, *, verbose: bool = False) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, out_headers, raw = api.handle(self.command, self.path, headers, body)
+            self.send_response(status)
+            for name, value in out_headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:
+            if verbose:
+                super().log_message(format, *args)
+
+    return _Server((host, port), Handler)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # a flash sale opens many connections at once

@@ -1,0 +1,211 @@
+"""``seckill-local``: run the SAM application on this machine without Docker.
+
+  seckill-local start-sqs                     moto SQS server + the template's queues
+  seckill-local invoke LogicalId -e event.json --env-vars events/env.json
+  seckill-local start-api --env-vars events/env.json      the HTTP API on localhost
+  seckill-local feed --env-vars events/env.json           OrderQueue -> persister
+
+Redis and MySQL are the real local servers named in the env-vars file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from seckill_local.api import LocalHttpApi, make_server
+from seckill_local.feeder import QueueFeeder
+from seckill_local.lambdas import FunctionPool, function_environment, invoke, load_handler, read_env_vars
+from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, sqs_client
+from seckill_local.template import TEMPLATE, Function, Template
+
+
+class Runner:
+    """What every subcommand shares: the template, env-vars and the local queues."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.template = Template.load(Path(args.template))
+        self.env_vars = read_env_vars(args.env_vars)
+        self.endpoint = args.sqs_endpoint
+        self.prefix = args.queue_prefix
+        self.visibility_timeout = getattr(args, "visibility_timeout", None)
+        self._queues: dict[str, str] | None = None
+
+    @property
+    def sqs(self) -> Any:
+        return sqs_client(self.endpoint)
+
+    def queues(self) -> dict[str, str]:
+        if self._queues is None:
+            self._queues = ensure_queues(
+                self.sqs, self.template, prefix=self.prefix, visibility_timeout=self.visibility_timeout
+            )
+        return self._queues
+
+    def function(self, logical_id: str) -> Function:
+        try:
+            return self.template.functions[logical_id]
+        except KeyError:
+            known = ", ".join(sorted(self.template.functions))
+            raise SystemExit(f"no function {logical_id!r} in the template (known: {known})") from None
+
+    def environment(self, fn: Function) -> dict[str, str]:
+        refs = dict(self.template.parameters)
+        refs.update(self.env_vars.get("Parameters", {}))
+        refs.update(self.queues())
+        env = {**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": self.endpoint, "POWERTOOLS_TRACE_DISABLED": "true"}
+        env.update(function_environment(self.template, fn, refs, self.env_vars))
+        return env
+
+    def pool(self, logical_id: str, containers: int) -> FunctionPool:
+        fn = self.function(logical_id)
+        return FunctionPool(fn, self.environment(fn), containers)
+
+    def resolve_int(self, value: Any, default: int) -> int:
+        resolved = self.template.resolve(value, self.env_vars.get("Parameters", {}))
+        return int(resolved) if resolved else default
+
+
+def cmd_start_sqs(args: argparse.Namespace) -> int:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
+    server.start()
+    args.sqs_endpoint = f"http://{args.host}:{args.port}"
+    runner = Runner(args)
+    for logical_id, url in runner.queues().items():
+        print(f"{logical_id}: {url}", flush=True)
+    print(f"moto SQS listening on {args.sqs_endpoint} (Ctrl-C to stop)", flush=True)
+    _wait_for_signal()
+    server.stop()
+    return 0
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    runner = Runner(args)
+    fn = runner.function(args.logical_id)
+    os.environ.update(runner.environment(fn))
+    event = json.loads(Path(args.event).read_text(encoding="utf-8")) if args.event else {}
+    result = invoke(fn, load_handler(fn), event)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_start_api(args: argparse.Namespace) -> int:
+    runner = Runner(args)
+    pools: dict[str, FunctionPool] = {}
+    for _, fn in runner.template.routes():
+        pools.setdefault(fn.logical_id, runner.pool(fn.logical_id, args.containers))
+    authorizer = runner.template.authorizer()
+    if authorizer:
+        pools.setdefault(authorizer[0], runner.pool(authorizer[0], max(1, args.containers // 2)))
+    for pool in pools.values():
+        pool.warm()
+    server = make_server(LocalHttpApi(runner.template, pools), args.host, args.port, verbose=args.verbose)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for route, fn in runner.template.routes():
+        print(f"  {route.method:<5} http://{args.host}:{args.port}{route.path}  -> {fn.logical_id} ({route.auth})")
+    print(f"HTTP API listening on http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        server.shutdown()
+        for pool in pools.values():
+            pool.close()
+    return 0
+
+
+def cmd_feed(args: argparse.Namespace) -> int:
+    runner = Runner(args)
+    queues = runner.queues()
+    feeders: list[QueueFeeder] = []
+    for fn in runner.template.functions.values():
+        for source in fn.sqs_events:
+            queue_id = source["Queue"]["Fn::GetAtt"][0]
+            concurrency = runner.resolve_int((source.get("ScalingConfig") or {}).get("MaximumConcurrency"), 2)
+            batch_size = runner.resolve_int(source.get("BatchSize"), 10)
+            pool = runner.pool(fn.logical_id, concurrency)
+            pool.warm()
+            feeder = QueueFeeder(runner.sqs, queues[queue_id], pool, batch_size=batch_size, concurrency=concurrency)
+            feeder.start()
+            feeders.append(feeder)
+            print(f"feeding {queue_id} -> {fn.logical_id} (batch {feeder.batch_size}, concurrency {concurrency})")
+    if not feeders:
+        print("no SQS event sources in the template", file=sys.stderr)
+        return 1
+    print("feeding (Ctrl-C to stop)", flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        for feeder in feeders:
+            feeder.close()
+            feeder.pool.close()
+            s = feeder.stats
+            print(f"batches {s.batches}, records {s.records}, deleted {s.deleted}, failed {s.failed}")
+    return 0
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.is_set():
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--template", "-t", default=str(TEMPLATE), help="SAM template (default: %(default)s)")
+    common.add_argument("--env-vars", "-n", type=Path, help="JSON env-vars file, as for sam local")
+    common.add_argument(
+        "--sqs-endpoint",
+        default=os.environ.get("AWS_ENDPOINT_URL_SQS", DEFAULT_ENDPOINT),
+        help="SQS endpoint (default: $AWS_ENDPOINT_URL_SQS or %(default)s)",
+    )
+    common.add_argument("--queue-prefix", default="", help="prefix for local queue names (isolates runs)")
+
+    top = argparse.ArgumentParser(
+        prog="seckill-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("start-sqs", parents=[common], help="start a moto SQS server and create the queues")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=4566)
+    p.add_argument("--visibility-timeout", type=int, help="override the template's (seconds), for quick retries")
+    p.set_defaults(run=cmd_start_sqs)
+
+    p = sub.add_parser("invoke", parents=[common], help="invoke one function with an event, like sam local invoke")
+    p.add_argument("logical_id", help="e.g. SeckillApiFunction")
+    p.add_argument("--event", "-e", help="event JSON file")
+    p.set_defaults(run=cmd_invoke)
+
+    p = sub.add_parser("start-api", parents=[common], help="serve the HTTP API with its authorizer")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", "-p", type=int, default=3000)
+    p.add_argument("--containers", type=int, default=4, help="warm containers of the API function (default 4)")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    p.set_defaults(run=cmd_start_api)
+
+    p = sub.add_parser("feed", parents=[common], help="feed the template's SQS event sources to their functions")
+    p.add_argument("--visibility-timeout", type=int, help="override the template's (seconds), for quick retries")
+    p.set_defaults(run=cmd_feed)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
