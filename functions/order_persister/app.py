@@ -7,6 +7,7 @@ moves them to the dead-letter queue.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -26,6 +27,8 @@ from seckill.scripts import Scripts
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics(namespace="Seckill")
+# Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
+warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 # A batch whose every record failed is still answered with batchItemFailures, not an exception.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

@@ -6,6 +6,7 @@ the ``seckill`` package.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -28,6 +29,8 @@ from seckill.scripts import Scripts
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics(namespace="Seckill")
+# Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
+warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 app = APIGatewayHttpResolver()
 
 settings = Settings.from_env()

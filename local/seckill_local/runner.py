@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -76,6 +77,7 @@ class Runner:
 def cmd_start_sqs(args: argparse.Namespace) -> int:
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
     args.sqs_endpoint = f"http://{args.host}:{args.port}"

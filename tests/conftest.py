@@ -1,0 +1,212 @@
+"""Shared fixtures: a real Redis, a real MariaDB database of the suite's own,
+and a moto SQS server. Every test makes its own vouchers (ids drawn at random,
+so leftovers of other runs never collide) and cleans up its keys."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from moto.server import ThreadedMotoServer
+
+from seckill import keys, vouchers
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.db import Credentials, Database, connect
+from seckill.gate import Gate
+from seckill.migrate import migrate
+from seckill.scripts import Scripts
+from seckill_local.lambdas import load_handler
+from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
+from seckill_local.template import ROOT, Template
+
+EVENTS = ROOT / "events"
+RUN_ID = secrets.token_hex(4)
+DB_NAME = f"seckill_test_{RUN_ID}"
+
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+# Handlers read their configuration at import; point it at the suite's services first.
+os.environ.update(LOCAL_AWS)
+os.environ.update(
+    {
+        "REDIS_URL": os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "DB_HOST": os.environ.get("TEST_DB_HOST", "127.0.0.1"),
+        "DB_PORT": os.environ.get("TEST_DB_PORT", "3306"),
+        "DB_USER": os.environ.get("TEST_DB_USER", "root"),
+        "DB_PASSWORD": os.environ.get("TEST_DB_PASSWORD", ""),
+        "DB_NAME": DB_NAME,
+        "DB_SECRET_ARN": "",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+        "SECKILL_REFUSAL_CACHE_SECONDS": "0",
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def creds(settings: Settings) -> Iterator[Credentials]:
+    """The suite's own database, created by the migration and dropped at the end."""
+    creds = Credentials(settings.db_host, settings.db_port, settings.db_user, settings.db_password, DB_NAME)
+    migrate(creds)
+    conn = connect(creds)
+    with conn.cursor() as cursor:
+        # Voucher ids become Redis keys: start far from other runs' ids.
+        cursor.execute(f"ALTER TABLE tb_voucher AUTO_INCREMENT = {secrets.randbelow(10**12) + 10**9}")
+    conn.close()
+    yield creds
+    conn = connect(creds, database=False)
+    with conn.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{DB_NAME}`")
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def db(creds: Credentials) -> Database:
+    return Database(creds)
+
+
+@pytest.fixture(scope="session")
+def redis(settings: Settings) -> Any:
+    return redis_client(settings)
+
+
+@pytest.fixture(scope="session")
+def scripts(redis: Any) -> Scripts:
+    return Scripts.register(redis)
+
+
+@pytest.fixture
+def gate(redis: Any, scripts: Scripts) -> Gate:
+    return Gate(redis, scripts, refusal_cache_seconds=0)
+
+
+@pytest.fixture(scope="session")
+def template() -> Template:
+    return Template.load()
+
+
+@pytest.fixture(scope="session")
+def sqs_endpoint() -> Iterator[str]:
+    """A moto server in server mode, reached over HTTP like the real endpoint."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ["AWS_ENDPOINT_URL_SQS"] = endpoint
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqs(sqs_endpoint: str) -> Any:
+    return sqs_client(sqs_endpoint)
+
+
+@pytest.fixture
+def queues(sqs: Any, template: Template) -> Iterator[dict[str, str]]:
+    """The template's queues under a prefix of this test's own; deleted afterwards."""
+    urls = ensure_queues(sqs, template, prefix=f"t{uuid.uuid4().hex[:10]}-", visibility_timeout=1)
+    yield urls
+    for url in urls.values():
+        sqs.delete_queue(QueueUrl=url)
+
+
+@pytest.fixture(scope="session")
+def session_queues(sqs: Any, template: Template) -> dict[str, str]:
+    """Queues the handlers are wired to for the whole session (purged per test)."""
+    return ensure_queues(sqs, template, prefix=f"s{RUN_ID}-", visibility_timeout=1)
+
+
+@pytest.fixture(scope="session")
+def handlers(creds: Credentials, session_queues: dict[str, str], template: Template) -> dict[str, Callable]:
+    """The three Lambda handlers, imported as the runtime would, wired to the suite's services."""
+    os.environ["ORDER_QUEUE_URL"] = session_queues["OrderQueue"]
+    return {logical_id: load_handler(fn) for logical_id, fn in template.functions.items()}
+
+
+def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
+    """Receive and delete everything visible (PurgeQueue is limited to once a minute)."""
+    taken: list[dict[str, Any]] = []
+    while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        )
+        taken.extend(messages)
+    return taken
+
+
+@pytest.fixture
+def order_queue(sqs: Any, session_queues: dict[str, str]) -> Iterator[str]:
+    """The handlers' OrderQueue, empty at the start and end of the test."""
+    url = session_queues["OrderQueue"]
+    drain(sqs, url)
+    yield url
+    drain(sqs, url)
+
+
+def load_event(name: str, **changes: Any) -> dict[str, Any]:
+    """An ``events/`` file, as ``sam local invoke -e`` would send it."""
+    event = json.loads((EVENTS / name).read_text(encoding="utf-8"))
+    event.update(changes)
+    return event
+
+
+def body(response: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(response["body"])
+
+
+@pytest.fixture
+def make_voucher(db: Database, redis: Any) -> Iterator[Callable[..., int]]:
+    """Creates seckill vouchers (MySQL + Redis preload); removes their Redis keys after the test."""
+    made: list[int] = []
+
+    def make(stock: int = 10, begin: datetime | None = None, end: datetime | None = None, shop_id: int = 1) -> int:
+        now = datetime.now(UTC)
+        voucher = vouchers.SeckillVoucherIn(
+            shop_id=shop_id,
+            title="test voucher",
+            pay_value=8000,
+            actual_value=10000,
+            stock=stock,
+            begin_time=begin or now - timedelta(minutes=1),
+            end_time=end or now + timedelta(hours=1),
+        )
+        voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+        made.append(voucher_id)
+        return voucher_id
+
+    yield make
+    for voucher_id in made:
+        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+
+
+def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
+    with db.transaction() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+@pytest.fixture
+def context() -> Any:
+    from seckill_local.lambdas import LocalContext
+
+    return LocalContext("test", 30)
+
+
+__all__ = ["EVENTS", "Path", "body", "db_rows", "drain", "load_event", "pymysql"]
