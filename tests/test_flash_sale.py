@@ -1,0 +1,86 @@
+"""The main job end to end: a small flash sale through the local runner."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seckill.db import Credentials, connect
+
+pytestmark = pytest.mark.e2e
+
+
+def flash_sale(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "seckill_local.flash_sale", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+
+
+@pytest.fixture
+def sale_db(creds: Credentials) -> Iterator[str]:
+    name = f"seckill_e2e_{secrets.token_hex(4)}"
+    yield name
+    conn = connect(creds, database=False)
+    with conn.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str) -> None:
+    report_file = tmp_path / "report.json"
+    result = flash_sale(
+        "--users", "120", "--stock", "30", "--presses", "3", "--concurrency", "24", "--containers", "2",
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] is True
+    assert report["requests"] == 360
+    assert report["accepted"] == 30
+    assert report["confirmed"] == 30
+    assert report["failed"] == 0
+    assert report["errors"] == 0
+    assert report["redis_stock"] == report["mysql_stock"] == 0
+    assert report["redelivered"] == 30
+    assert sum(report["refusals"].values()) == 330
+    assert set(report["refusals"]) <= {"SOLD_OUT", "DUPLICATE_ORDER"}
+    assert all(check["ok"] for check in report["checks"])
+    assert "All invariants hold." in result.stdout
+
+
+def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str) -> None:
+    report_file = tmp_path / "report.json"
+    result = flash_sale(
+        "--users", "10", "--stock", "25", "--presses", "4", "--concurrency", "8", "--containers", "1",
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["accepted"] == report["confirmed"] == 10
+    assert report["refusals"] == {"DUPLICATE_ORDER": 30}
+    assert report["redis_stock"] == report["mysql_stock"] == 15
+
+
+def test_unreachable_redis_says_what_to_start() -> None:
+    result = flash_sale("--redis-url", "redis://127.0.0.1:1/0", timeout=60)
+    assert result.returncode == 2
+    assert "Redis is not reachable" in result.stderr
+    assert "redis-server" in result.stderr
+
+
+def test_unreachable_mysql_says_what_to_start() -> None:
+    result = flash_sale("--db-port", "1", timeout=60)
+    assert result.returncode == 2
+    assert "not reachable at 127.0.0.1:1" in result.stderr
+    assert "mariadbd" in result.stderr
+
+
+def test_options_are_validated() -> None:
+    result = flash_sale("--stock", "0", timeout=60)
+    assert result.returncode == 2
+    assert "--stock must be at least 1" in result.stderr
