@@ -31,9 +31,9 @@ class Scripts:
     attach: Script
     release: Script
     settle: Script
+    restore: Script
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        return cls(
-            **{name: redis.register_script(read_script(name)) for name in ("gate", "attach", "release", "settle")}
-        )
+        names = ("gate", "attach", "release", "settle", "restore")
+        return cls(**{name: redis.register_script(read_script(name)) for name in names})

@@ -1,0 +1,118 @@
+"""Rebuilding the gate's Redis state from MySQL (``lua/restore.lua``).
+
+After Redis lost its data (a restart without persistence, a failover to an
+empty node) every voucher on sale is unknown to the gate. ``rebuild`` puts
+back stock, buyers and window from the database, never clobbering a voucher
+whose state is still there; ``repair`` overwrites a drifted one.
+
+``python -m seckill.recovery`` rebuilds every voucher whose sale has not ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from seckill import keys
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.db import Database
+from seckill.scripts import Scripts
+from seckill.timeutil import from_db, to_db, to_ms
+
+Mode = Literal["missing", "repair", "check"]
+
+
+@dataclass(frozen=True)
+class Restored:
+    voucher_id: int
+    applied: bool
+    redis_stock: int | None  # before; None when the key was missing
+    expected_stock: int
+    buyers_added: int
+    buyers_removed: int
+
+    @property
+    def drifted(self) -> bool:
+        return self.redis_stock != self.expected_stock or self.buyers_added > 0 or self.buyers_removed > 0
+
+
+def voucher_ids_on_sale(db: Database, *, ended_within: timedelta = timedelta(0)) -> list[int]:
+    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago)."""
+    since = to_db(datetime.now(UTC) - ended_within)
+    with db.transaction() as cursor:
+        cursor.execute("SELECT voucher_id FROM tb_seckill_voucher WHERE end_time > %s ORDER BY voucher_id", (since,))
+        return [int(r["voucher_id"]) for r in cursor.fetchall()]
+
+
+def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: Mode) -> Restored | None:
+    """Align one voucher's Redis state with MySQL; None if MySQL does not know it.
+
+    The voucher's row stays locked (FOR UPDATE) while the script runs, so no
+    persister commits an order between what MySQL says and what Redis is told.
+    """
+    with db.transaction() as cursor:
+        cursor.execute(
+            "SELECT stock, begin_time, end_time FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE",
+            (voucher_id,),
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
+        orders = cursor.fetchall()
+        cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
+        rejected = cursor.fetchall()
+        # Ids travel as JSON strings: Lua numbers are doubles and would round 64-bit order ids.
+        decided = [str(r["id"]) for r in orders] + [str(r["order_id"]) for r in rejected]
+        applied, old, expected, added, removed = scripts.restore(
+            keys=[keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id)],
+            args=[
+                mode,
+                int(row["stock"]),
+                to_ms(from_db(row["begin_time"])),
+                to_ms(from_db(row["end_time"])),
+                json.dumps([str(r["user_id"]) for r in orders]),
+                json.dumps(decided),
+            ],
+        )
+    return Restored(
+        voucher_id, bool(applied), None if int(old) < 0 else int(old), int(expected), int(added), int(removed)
+    )
+
+
+def rebuild(db: Database, redis: Any, scripts: Scripts, *, force: bool = False) -> list[Restored]:
+    """Every voucher on sale whose Redis state is missing (or, with ``force``, every one)."""
+    mode: Mode = "repair" if force else "missing"
+    results = (restore(db, redis, scripts, v, mode) for v in voucher_ids_on_sale(db))
+    return [r for r in results if r is not None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m seckill.recovery",
+        description="Rebuild the Redis state (stock, buyers, sale window) of every voucher on sale from MySQL, "
+        "after Redis lost its data. Vouchers whose state is present are left alone unless --force.",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite present state too (repairs drift)")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    redis = redis_client(settings)
+    results = rebuild(Database.from_settings(settings), redis, Scripts.register(redis), force=args.force)
+    for r in results:
+        if r.applied:
+            print(
+                f"voucher {r.voucher_id}: stock {r.redis_stock} -> {r.expected_stock}, "
+                f"buyers +{r.buyers_added} -{r.buyers_removed}"
+            )
+    rebuilt = sum(r.applied for r in results)
+    print(f"{rebuilt} of {len(results)} vouchers on sale rebuilt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+-- Brings one voucher's Redis state in line with MySQL, atomically with the gate.
+-- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:window:{v}, KEYS[4] seckill:pending:{v}
+-- ARGV[1] mode: "missing" (only if the stock key is gone: a lost cache), "repair" (always), "check" (write nothing)
+-- ARGV[2] MySQL stock, ARGV[3] window begin (ms), ARGV[4] window end (ms)
+-- ARGV[5] JSON array of the user ids holding a confirmed order
+-- ARGV[6] JSON array of the order ids MySQL has decided (confirmed or failed)
+-- Reservations still pending and undecided in MySQL are outstanding: they keep
+-- their stock and their user. So the expected state is
+--   stock  = max(0, MySQL stock - outstanding)
+--   buyers = confirmed users + outstanding users
+-- Returns {applied (0/1), old stock (-1 if missing), expected stock, buyers to add, buyers to remove}.
+local mode = ARGV[1]
+local old_stock = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if mode == 'missing' and old_stock >= 0 then
+  return {0, old_stock, old_stock, 0, 0}
+end
+
+local decided = {}
+for _, id in ipairs(cjson.decode(ARGV[6])) do
+  decided[tostring(id)] = true
+end
+local expected = {}
+for _, user in ipairs(cjson.decode(ARGV[5])) do
+  expected[tostring(user)] = true
+end
+local outstanding = 0
+local pending = redis.call('HGETALL', KEYS[4])
+for i = 1, #pending, 2 do
+  local order_id = string.match(pending[i + 1], '^%d+:[^:]+:(%d+)$')
+  if not (order_id and decided[order_id]) then
+    outstanding = outstanding + 1
+    expected[pending[i]] = true
+  end
+end
+local new_stock = math.max(0, tonumber(ARGV[2]) - outstanding)
+
+local to_add, to_remove = {}, {}
+for user in pairs(expected) do
+  if redis.call('SISMEMBER', KEYS[2], user) == 0 then
+    to_add[#to_add + 1] = user
+  end
+end
+for _, user in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if not expected[user] then
+    to_remove[#to_remove + 1] = user
+  end
+end
+if mode == 'check' then
+  return {0, old_stock, new_stock, #to_add, #to_remove}
+end
+
+redis.call('SET', KEYS[1], new_stock)
+redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
+-- In slices: Lua's unpack has a limit on the number of arguments.
+for i = 1, #to_add, 1000 do
+  redis.call('SADD', KEYS[2], unpack(to_add, i, math.min(i + 999, #to_add)))
+end
+for i = 1, #to_remove, 1000 do
+  redis.call('SREM', KEYS[2], unpack(to_remove, i, math.min(i + 999, #to_remove)))
+end
+return {1, old_stock, new_stock, #to_add, #to_remove}

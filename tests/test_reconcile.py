@@ -1,0 +1,280 @@
+"""Reconciliation and recovery from Redis loss, against real Redis, MariaDB and moto SQS.
+
+Each test names the defect of the seeds (SPEC §6) it covers.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from seckill import keys
+from seckill.db import Database
+from seckill.errors import SeckillError
+from seckill.gate import Gate, Reservation
+from seckill.ids import next_order_id
+from seckill.messages import OrderMessage, OrderQueue
+from seckill.persistence import persist_order
+from seckill.reconcile import queue_drained, reconcile
+from seckill.recovery import rebuild, restore
+from seckill.scripts import Scripts
+from seckill.timeutil import from_ms
+from tests.conftest import db_rows, drain
+
+NOW = timedelta(0)  # every reservation counts as stale
+
+
+def user() -> int:
+    return secrets.randbelow(10**9) + 1
+
+
+def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
+    row = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)[0]
+    return int(redis.get(keys.stock(voucher_id))), int(row["stock"])
+
+
+def confirmed(db: Database, voucher_id: int) -> int:
+    return len(db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id))
+
+
+def win(gate: Gate, voucher_id: int, user_id: int | None = None, *, attach: bool = True) -> tuple[Reservation, int]:
+    """The API's steps up to (not including) the SQS send."""
+    reservation = gate.reserve(voucher_id, user_id or user(), uuid.uuid4().hex)
+    order_id = next_order_id(gate.redis)
+    if attach:
+        gate.attach(reservation, order_id)
+    return reservation, order_id
+
+
+def persist_queue(sqs: Any, url: str, db: Database, gate: Gate) -> int:
+    """Persist what is on the queue, as the persister would."""
+    messages = drain(sqs, url)
+    for m in messages:
+        persist_order(db, gate, OrderMessage.from_json(m["Body"]))
+    return len(messages)
+
+
+@pytest.fixture
+def queue(sqs: Any, queues: dict[str, str]) -> OrderQueue:
+    return OrderQueue(sqs, queues["OrderQueue"])
+
+
+@pytest.fixture
+def run(db: Database, gate: Gate, scripts: Scripts, queue: OrderQueue) -> Callable[..., Any]:
+    def run(voucher_id: int, *, drained: bool = True, pending_age: timedelta = NOW) -> Any:
+        result = reconcile(db, gate, scripts, queue, drained=drained, pending_age=pending_age, voucher_ids=[voucher_id])
+        return result.vouchers[0]
+
+    return run
+
+
+def test_crash_between_gate_and_send_with_order_id_is_requeued_and_confirmed(
+    db: Database, gate: Gate, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """Seeds' defect: orders lost on crash (between the gate and the queue)."""
+    voucher_id = make_voucher(stock=3)
+    reservation, order_id = win(gate, voucher_id)  # then the function died: nothing was sent
+
+    result = run(voucher_id)
+    assert result.requeued == [str(order_id)]
+    assert persist_queue(sqs, queue.queue_url, db, gate) == 1
+    rows = db_rows(db, "SELECT user_id FROM tb_voucher_order WHERE id = %s", order_id)
+    assert rows == [{"user_id": reservation.user_id}]
+    assert redis.hlen(keys.pending(voucher_id)) == 0
+    assert stocks(db, redis, voucher_id) == (2, 2)
+
+
+def test_crash_before_the_order_id_is_released_and_no_stock_leaks(
+    gate: Gate, redis: Any, db: Database, run: Callable[..., Any], make_voucher: Callable, sqs: Any, queue: OrderQueue
+) -> None:
+    """Seeds' defect: Redis deducted, nothing queued (the user got no 202)."""
+    voucher_id = make_voucher(stock=2)
+    reservation, _ = win(gate, voucher_id, attach=False)
+    assert redis.get(keys.stock(voucher_id)) == "1"
+
+    result = run(voucher_id)
+    assert result.released == [reservation.user_id]
+    assert result.requeued == []
+    assert drain(sqs, queue.queue_url) == []
+    assert stocks(db, redis, voucher_id) == (2, 2)
+    assert not redis.sismember(keys.buyers(voucher_id), reservation.user_id)
+    # The user may try again.
+    gate.reserve(voucher_id, reservation.user_id, uuid.uuid4().hex)
+
+
+def test_live_reservations_are_left_alone(
+    gate: Gate, redis: Any, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    voucher_id = make_voucher(stock=2)
+    win(gate, voucher_id, attach=False)
+    result = run(voucher_id, pending_age=timedelta(minutes=2))
+    assert result.released == []
+    assert result.requeued == []
+    assert redis.hlen(keys.pending(voucher_id)) == 1
+    assert redis.get(keys.stock(voucher_id)) == "1"
+
+
+def test_decided_order_whose_mark_was_not_cleared_is_cleared(
+    gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    voucher_id = make_voucher(stock=2)
+    reservation, order_id = win(gate, voucher_id)
+    message = OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
+    # The persister committed, then could not reach Redis to clear the mark.
+    unreachable = redis_unreachable()
+    persist_order(db, Gate(unreachable, Scripts.register(unreachable)), message)
+    assert redis.hlen(keys.pending(voucher_id)) == 1
+
+    result = run(voucher_id)
+    assert result.cleared == [str(order_id)]
+    assert result.requeued == []
+    assert redis.hlen(keys.pending(voucher_id)) == 0
+    assert stocks(db, redis, voucher_id) == (1, 1)
+
+
+def redis_unreachable() -> Any:
+    import redis as redis_lib
+
+    return redis_lib.Redis(port=1, socket_connect_timeout=0.2, decode_responses=True)
+
+
+def test_drift_is_repaired_only_once_the_queue_is_drained(
+    gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """Seeds' defect: Redis/DB double-write drift."""
+    voucher_id = make_voucher(stock=5)
+    reservation, order_id = win(gate, voucher_id)
+    persist_order(db, gate, OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    stranger = user()
+    redis.set(keys.stock(voucher_id), 9)
+    redis.srem(keys.buyers(voucher_id), reservation.user_id)
+    redis.sadd(keys.buyers(voucher_id), stranger)
+
+    reported = run(voucher_id, drained=False)
+    assert reported.drift.drifted
+    assert not reported.repaired
+    assert (reported.drift.redis_stock, reported.drift.expected_stock) == (9, 4)
+    assert (reported.drift.buyers_added, reported.drift.buyers_removed) == (1, 1)
+    assert redis.get(keys.stock(voucher_id)) == "9"
+
+    repaired = run(voucher_id, drained=True)
+    assert repaired.repaired
+    assert stocks(db, redis, voucher_id) == (4, 4)
+    assert redis.smembers(keys.buyers(voucher_id)) == {str(reservation.user_id)}
+
+    again = run(voucher_id, drained=True)
+    assert not again.drift.drifted
+    assert not again.repaired
+
+
+def test_repair_counts_reservations_still_on_their_way(
+    gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """A reservation pending (message not yet persisted) keeps its stock and its buyer."""
+    voucher_id = make_voucher(stock=5)
+    reservation, _ = win(gate, voucher_id)
+    redis.set(keys.stock(voucher_id), 0)
+    result = run(voucher_id, drained=True, pending_age=timedelta(minutes=2))
+    assert result.repaired
+    assert redis.get(keys.stock(voucher_id)) == "4"
+    assert redis.sismember(keys.buyers(voucher_id), reservation.user_id)
+
+
+def test_reconciling_twice_in_a_row_changes_nothing_the_second_time(
+    gate: Gate, db: Database, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    voucher_id = make_voucher(stock=4)
+    win(gate, voucher_id)
+    win(gate, voucher_id, attach=False)
+    first = run(voucher_id)
+    assert len(first.requeued) == 1
+    assert len(first.released) == 1
+    persist_queue(sqs, queue.queue_url, db, gate)
+    second = run(voucher_id)
+    assert (second.requeued, second.released, second.cleared) == ([], [], [])
+    assert not second.drift.drifted
+    assert stocks(db, redis, voucher_id) == (3, 3)
+
+
+def test_queue_drained_reads_the_queue(sqs: Any, queue: OrderQueue) -> None:
+    assert queue_drained(sqs, queue.queue_url)
+    sqs.send_message(QueueUrl=queue.queue_url, MessageBody="{}")
+    assert not queue_drained(sqs, queue.queue_url)
+
+
+def lose_redis_state(redis: Any, voucher_id: int) -> None:
+    """What a restart without persistence does to a voucher."""
+    redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+
+
+def test_redis_flushed_mid_sale_then_rebuilt(
+    gate: Gate, db: Database, redis: Any, scripts: Scripts, make_voucher: Callable
+) -> None:
+    """No oversell, no wrongly refused user, final counts match."""
+    voucher_id = make_voucher(stock=10)
+    first_buyers = [user() for _ in range(4)]
+    for user_id in first_buyers:
+        reservation, order_id = win(gate, voucher_id, user_id)
+        message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+        persist_order(db, gate, message)
+
+    lose_redis_state(redis, voucher_id)
+    with pytest.raises(SeckillError) as refused:
+        gate.reserve(voucher_id, user(), uuid.uuid4().hex)
+    assert refused.value.code == "VOUCHER_NOT_FOUND"
+
+    rebuilt = [r for r in rebuild(db, redis, scripts) if r.voucher_id == voucher_id]
+    assert rebuilt
+    assert rebuilt[0].applied
+    assert rebuilt[0].expected_stock == 6
+    # A present voucher is never clobbered by a rebuild.
+    assert not restore(db, redis, scripts, voucher_id, "missing").applied
+
+    for user_id in first_buyers:  # they already hold an order
+        with pytest.raises(SeckillError) as again:
+            gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+        assert again.value.code == "DUPLICATE_ORDER"
+    newcomers = [user() for _ in range(8)]
+    outcomes = []
+    for user_id in newcomers:
+        try:
+            reservation, order_id = win(gate, voucher_id, user_id)
+        except SeckillError as error:
+            outcomes.append(error.code)
+            continue
+        persist_order(db, gate, OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms)))
+        outcomes.append("OK")
+    assert outcomes == ["OK"] * 6 + ["SOLD_OUT"] * 2
+    assert confirmed(db, voucher_id) == 10
+    assert stocks(db, redis, voucher_id) == (0, 0)
+
+
+def test_redis_flushed_with_orders_still_queued_oversells_nothing(
+    gate: Gate, db: Database, redis: Any, scripts: Scripts, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """The cache is lost while accepted orders wait on the queue: the rebuilt gate
+    over-accepts, MySQL refuses the excess (FAILED, recorded), and reconciliation
+    then brings Redis back to MySQL's count."""
+    voucher_id = make_voucher(stock=3)
+    queued = []
+    for _ in range(3):
+        reservation, order_id = win(gate, voucher_id)
+        queued.append(OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    lose_redis_state(redis, voucher_id)
+    rebuild(db, redis, scripts)
+    late = []
+    for _ in range(3):
+        reservation, order_id = win(gate, voucher_id)
+        late.append(OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    decisions = [persist_order(db, gate, m).status for m in queued + late]
+    assert decisions == ["CONFIRMED"] * 3 + ["FAILED"] * 3
+    assert confirmed(db, voucher_id) == 3
+    reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE voucher_id = %s", voucher_id)
+    assert [r["reason"] for r in reasons] == ["SOLD_OUT"] * 3
+    run(voucher_id, drained=True)
+    assert stocks(db, redis, voucher_id) == (0, 0)
