@@ -7,6 +7,9 @@ import logging
 import uuid
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from seckill import keys
 from seckill.db import Database
 from seckill.errors import NotFound, TryAgain
@@ -27,7 +30,13 @@ def place_order(gate: Gate, queue: OrderQueue, voucher_id: int, user_id: int, *,
     the reservation is given back and ``TryAgain`` is raised: the client never
     holds an order id that is not on the queue.
     """
-    reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+    try:
+        reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        # Redis unreachable or restarting. Had the script run before the reply was
+        # lost, its reservation carries no order id, so reconciliation releases it.
+        raise TryAgain("the sale is briefly unavailable, please try again") from exc
+    order_id: int | None = None
     try:
         order_id = next_order_id(gate.redis)
         accepted_at = from_ms(reservation.accepted_ms)
@@ -37,14 +46,17 @@ def place_order(gate: Gate, queue: OrderQueue, voucher_id: int, user_id: int, *,
         gate.redis.set(keys.order_status(order_id), json.dumps(hint), ex=status_ttl)
         queue.send(OrderMessage(order_id, user_id, voucher_id, accepted_at))
     except Exception as exc:
-        _release(gate, reservation)
+        _release(gate, reservation, order_id)
         raise TryAgain("the order could not be queued, please try again") from exc
     return order_id
 
 
-def _release(gate: Gate, reservation: Reservation) -> None:
+def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None:
     try:
         gate.release(reservation)
+        if order_id is not None:
+            # Not queued: the status hint must not report it PENDING for a day.
+            gate.redis.delete(keys.order_status(order_id))
     except Exception:
         # Redis is unreachable too: the pending record stays, and reconciliation
         # releases it (no order id reached the client).

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from seckill import keys
+from seckill.ids import MAX_ID
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 
@@ -24,22 +25,27 @@ def token_from_header(header: str | None) -> str | None:
 
 def user_for_token(redis: Any, token: str) -> int | None:
     user_id = redis.hget(keys.login_token(token), "id")
-    if user_id is None or not str(user_id).isdigit() or int(user_id) <= 0:
+    text = "" if user_id is None else str(user_id)
+    # ASCII digits only: str.isdigit() also passes '²' (int() raises) and other scripts' digits.
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_ID:
         return None
-    return int(user_id)
+    return int(text)
 
 
 def mint_tokens(redis: Any, user_ids: Iterable[int], ttl_seconds: int) -> dict[int, str]:
-    """A fresh token per user, written in pipelined batches."""
-    minted: dict[int, str] = {}
+    """A fresh token per user."""
+    tokens = {user_id: uuid.uuid4().hex for user_id in user_ids}
+    store_tokens(redis, tokens, ttl_seconds)
+    return tokens
+
+
+def store_tokens(redis: Any, tokens: dict[int, str], ttl_seconds: int) -> None:
+    """Write login hashes in pipelined batches (also how sessions come back after Redis lost them)."""
     with redis.pipeline(transaction=False) as pipe:
-        for user_id in user_ids:
-            token = uuid.uuid4().hex
+        for user_id, token in tokens.items():
             key = keys.login_token(token)
             pipe.hset(key, mapping={"id": user_id, "nickName": f"user_{user_id}", "icon": ""})
             pipe.expire(key, ttl_seconds)
-            minted[user_id] = token
             if len(pipe) >= 1000:
                 pipe.execute()
         pipe.execute()
-    return minted

@@ -11,15 +11,18 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from seckill_local import chaos
 from seckill_local.template import Function, Template
 
 Handler = Callable[[dict[str, Any], Any], Any]
@@ -101,6 +104,7 @@ _worker: tuple[Function, Handler] | None = None
 def _start_worker(fn: Function, env: dict[str, str]) -> None:
     global _worker
     os.environ.update(env)
+    chaos.install(fn.logical_id)
     _worker = (fn, load_handler(fn))
 
 
@@ -114,24 +118,46 @@ def _warm(_: int) -> int:
 
 
 class FunctionPool:
-    """Warm containers of one function, in separate processes."""
+    """Warm containers of one function, in separate processes.
+
+    A container that dies (a crash, an ``os._exit``) fails the invocations it
+    was running, and the pool starts fresh containers, as Lambda would.
+    """
 
     def __init__(self, fn: Function, env: dict[str, str], containers: int) -> None:
         self.fn = fn
+        self.env = env
         self.containers = containers
-        self._executor = ProcessPoolExecutor(
-            max_workers=containers, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(fn, env)
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._executor = self._new_executor()
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=self.containers,
+            mp_context=get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(self.fn, self.env),
         )
 
     def warm(self) -> None:
         """Start every container now, so the first requests do not pay the cold start."""
         list(self._executor.map(_warm, range(self.containers * 2)))
 
-    def submit(self, event: dict[str, Any]) -> Future[Any]:
-        return self._executor.submit(_invoke_in_worker, event)
-
     def invoke(self, event: dict[str, Any]) -> Any:
-        return self.submit(event).result(timeout=self.fn.timeout + 5)
+        executor = self._executor
+        try:
+            return executor.submit(_invoke_in_worker, event).result(timeout=self.fn.timeout + 5)
+        except BrokenProcessPool:
+            self._replace(executor)
+            raise
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._executor is broken:
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._executor = self._new_executor()
+                self.restarts += 1
 
     def close(self) -> None:
         processes = list((getattr(self._executor, "_processes", None) or {}).values())

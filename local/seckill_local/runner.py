@@ -11,6 +11,7 @@ Redis and MySQL are the real local servers named in the env-vars file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -95,7 +96,10 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     fn = runner.function(args.logical_id)
     os.environ.update(runner.environment(fn))
     event = json.loads(Path(args.event).read_text(encoding="utf-8")) if args.event else {}
-    result = invoke(fn, load_handler(fn), event)
+    # As sam local invoke: the function's logs (Powertools writes to stdout) go to stderr,
+    # so stdout carries only the result.
+    with contextlib.redirect_stdout(sys.stderr):
+        result = invoke(fn, load_handler(fn), event)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -103,11 +107,13 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 def cmd_start_api(args: argparse.Namespace) -> int:
     runner = Runner(args)
     pools: dict[str, FunctionPool] = {}
+    # One pool per function (not per route): setdefault would build, and leak, a pool per route.
     for _, fn in runner.template.routes():
-        pools.setdefault(fn.logical_id, runner.pool(fn.logical_id, args.containers))
+        if fn.logical_id not in pools:
+            pools[fn.logical_id] = runner.pool(fn.logical_id, args.containers)
     authorizer = runner.template.authorizer()
-    if authorizer:
-        pools.setdefault(authorizer[0], runner.pool(authorizer[0], max(1, args.containers // 2)))
+    if authorizer and authorizer[0] not in pools:
+        pools[authorizer[0]] = runner.pool(authorizer[0], max(1, args.containers // 2))
     for pool in pools.values():
         pool.warm()
     server = make_server(LocalHttpApi(runner.template, pools), args.host, args.port, verbose=args.verbose)

@@ -1,0 +1,60 @@
+"""ReconcilerFunction: runs reconciliation on a schedule (and on demand).
+
+A scheduled event carries no options; an operator may invoke it with
+``{"pendingAgeSeconds": 120, "repair": false}``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from seckill.clients import redis_client, sqs_client
+from seckill.config import Settings
+from seckill.db import Database
+from seckill.gate import Gate
+from seckill.messages import OrderQueue
+from seckill.reconcile import queue_drained, reconcile
+from seckill.scripts import Scripts
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="Seckill")
+warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
+
+settings = Settings.from_env()
+redis = redis_client(settings)
+scripts = Scripts.register(redis)
+gate = Gate(redis, scripts)
+sqs = sqs_client()
+queue = OrderQueue(sqs, settings.order_queue_url)
+db = Database.from_settings(settings)
+
+DEFAULT_PENDING_AGE_SECONDS = 120.0
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    pending_age = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE_SECONDS))
+    result = reconcile(
+        db,
+        gate,
+        scripts,
+        queue,
+        drained=queue_drained(sqs, settings.order_queue_url),
+        pending_age=timedelta(seconds=pending_age),
+        repair=bool(event.get("repair", True)),
+    )
+    totals = result.totals()
+    for name in ("rebuilt", "requeued", "released", "cleared", "drifted", "repaired"):
+        if totals[name]:
+            metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
+    logger.info("reconciled", extra={"totals": totals, "queueDrained": result.queue_drained})
+    return result.to_dict()

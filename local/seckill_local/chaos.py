@@ -1,0 +1,164 @@
+"""Fault injection for local runs (``seckill-flash-sale --chaos``).
+
+Installed in a function's worker process, before its handler is imported,
+when the env var ``SECKILL_LOCAL_CHAOS`` holds a JSON config. It works below
+our code, at the libraries' edges, so the service meets the faults exactly as
+it would in AWS:
+
+- ``sendFailure``: share of SQS SendMessage calls that fail (botocore hook);
+- ``sendCrash``: share of SendMessage calls at which the container dies, after
+  the gate reserved and before the message left (the seeds' crash window);
+- ``persisterCrash``: share of database commits after which the container dies,
+  mid-batch, before it could answer.
+
+Every fault injected is appended as one JSON line to the config's ``log`` file.
+Faults from outside a function (connections killed in MySQL, malformed
+messages, a Redis restart) are injected by the main job itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis as redis_lib
+
+ENV = "SECKILL_LOCAL_CHAOS"
+CRASH_EXIT_CODE = 70
+
+
+class InjectedSendFailure(Exception):
+    """What a refused SendMessage looks like to the caller: an error it cannot retry away."""
+
+
+def record(log: str | Path, fault: str, **details: Any) -> None:
+    line = json.dumps({"fault": fault, "at": time.time(), "pid": os.getpid(), **details})
+    # O_APPEND writes of one short line are atomic across processes.
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def read_log(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def install(function: str) -> None:
+    """Arm the faults configured in ``SECKILL_LOCAL_CHAOS`` for this process, if any."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return
+    config = json.loads(raw)
+    log = config["log"]
+    chance = random.Random(os.getpid() ^ time.time_ns())
+
+    send_failure = float(config.get("sendFailure", 0))
+    send_crash = float(config.get("sendCrash", 0))
+    if send_failure or send_crash:
+        import boto3
+
+        def before_send(request: Any, **_: Any) -> None:
+            roll = chance.random()
+            if roll < send_crash:
+                record(log, "api-crash-before-send", function=function)
+                os._exit(CRASH_EXIT_CODE)
+            if roll < send_crash + send_failure:
+                record(log, "sqs-send-failure", function=function)
+                raise InjectedSendFailure("SendMessage refused (injected)")
+
+        boto3.setup_default_session()
+        boto3.DEFAULT_SESSION.events.register("before-send.sqs.SendMessage", before_send)
+
+    persister_crash = float(config.get("persisterCrash", 0))
+    if persister_crash:
+        import pymysql
+
+        commit = pymysql.connections.Connection.commit
+
+        def commit_then_maybe_crash(self: Any) -> None:
+            commit(self)
+            if chance.random() < persister_crash:
+                record(log, "persister-crash-mid-batch", function=function)
+                os._exit(CRASH_EXIT_CODE)
+
+        pymysql.connections.Connection.commit = commit_then_maybe_crash
+
+
+class PrivateRedis:
+    """A redis-server of the run's own, without persistence, so it can be
+    restarted mid-sale (losing everything, as a restart without persistence
+    or a failover to an empty node does) without touching the machine's Redis."""
+
+    def __init__(self, workdir: Path, port: int) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.workdir / "redis.log").open("ab")
+        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                   "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        client = redis_lib.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis_lib.RedisError):
+                if client.ping():
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"redis-server did not start on port {self.port}; see {self.workdir / 'redis.log'}")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+class ConnectionKiller:
+    """Kills a share of the database's connections now and then: the persister's
+    transactions fail mid-way as they would on a failover or a network cut."""
+
+    def __init__(self, creds: Any, log: Path, *, interval: float, share: float, spare: set[int]) -> None:
+        import pymysql
+
+        self.conn = pymysql.connect(host=creds.host, port=creds.port, user=creds.user, password=creds.password,
+                                    autocommit=True)  # fmt: skip
+        self.database = creds.database
+        self.log = log
+        self.interval = interval
+        self.share = share
+        self.spare = spare | {self.conn.thread_id()}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="connection-killer", daemon=True)
+        self.chance = random.Random()
+
+    def __enter__(self) -> ConnectionKiller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval):
+            with self.conn.cursor() as cursor:
+                cursor.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s", (self.database,))
+                ids = [int(row[0]) for row in cursor.fetchall()]
+                for thread_id in ids:
+                    if thread_id in self.spare or self.chance.random() >= self.share:
+                        continue
+                    with contextlib.suppress(Exception):  # it may have gone by itself
+                        cursor.execute(f"KILL CONNECTION {thread_id}")
+                        record(self.log, "mysql-connection-killed", thread=thread_id)
