@@ -20,7 +20,7 @@ from seckill import orders, results, vouchers
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.errors import Forbidden, SeckillError, TryAgain, Unauthorized
+from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
 from seckill.gate import Gate
 from seckill.ids import parse_id
 from seckill.messages import OrderQueue
@@ -56,6 +56,14 @@ def require_admin() -> None:
         raise Forbidden("admin credentials required")
 
 
+def request_body() -> str | None:
+    """The request body as text; a body that is not UTF-8 (or not base64 when flagged so) is the client's error."""
+    try:
+        return app.current_event.decoded_body
+    except ValueError:  # UnicodeDecodeError, binascii.Error
+        raise BadRequest("body: must be UTF-8 JSON") from None
+
+
 @app.post("/voucher-order/seckill/<voucherId>")
 @tracer.capture_method
 def seckill(voucherId: str) -> Response:
@@ -84,7 +92,7 @@ def list_vouchers(shopId: str) -> Response:
 @tracer.capture_method
 def add_seckill_voucher() -> Response:
     require_admin()
-    voucher = vouchers.parse_voucher(app.current_event.decoded_body, vouchers.SeckillVoucherIn, settings.timezone)
+    voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
     return results.ok(voucher_id, status=201)
@@ -94,7 +102,7 @@ def add_seckill_voucher() -> Response:
 @tracer.capture_method
 def add_voucher() -> Response:
     require_admin()
-    voucher = vouchers.parse_voucher(app.current_event.decoded_body, vouchers.VoucherIn, settings.timezone)
+    voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
     return results.ok(vouchers.create_voucher(db, voucher), status=201)
 
 

@@ -1,0 +1,141 @@
+"""AuthorizerFunction with events/authorizer.json: token -> userId (payload 2.0, simple responses)."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from seckill import keys
+from seckill.tokens import mint_tokens
+from tests.conftest import load_event
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+DENIED = {"isAuthorized": False}
+
+
+@pytest.fixture
+def mint(redis: Any) -> Iterator[Callable[[int], str]]:
+    """Mints a login token for a user; deletes every minted token afterwards."""
+    minted: list[str] = []
+
+    def make(user_id: int) -> str:
+        token: str = mint_tokens(redis, [user_id], ttl_seconds=300)[user_id]
+        minted.append(token)
+        return token
+
+    yield make
+    if minted:
+        redis.delete(*(keys.login_token(t) for t in minted))
+
+
+@pytest.fixture
+def authorize(handlers: dict[str, Handler], context: Any) -> Callable[[dict[str, str]], dict[str, Any]]:
+    """Invoke the authorizer with the sample event, its headers replaced."""
+
+    def invoke(headers: dict[str, str]) -> dict[str, Any]:
+        event = load_event("authorizer.json")
+        event["headers"] = {k: v for k, v in event["headers"].items() if k.lower() != "authorization"} | headers
+        event["identitySource"] = list(headers.values())[-1:] if headers else []
+        return handlers["AuthorizerFunction"](json.loads(json.dumps(event)), context)
+
+    return invoke
+
+
+def new_user() -> int:
+    return random.randint(10**6, 10**12)
+
+
+@pytest.mark.parametrize("prefix", ["Bearer ", "", "bearer ", "BEARER  "])
+def test_minted_token_is_authorized_with_the_user_id(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], mint: Callable[[int], str], prefix: str
+) -> None:
+    user_id = new_user()
+    token = mint(user_id)
+    answer = authorize({"authorization": f"{prefix}{token}"})
+    assert answer == {"isAuthorized": True, "context": {"userId": str(user_id)}}
+
+
+@pytest.mark.parametrize("name", ["authorization", "Authorization", "AUTHORIZATION", "aUtHoRiZaTiOn"])
+def test_header_name_is_case_insensitive(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], mint: Callable[[int], str], name: str
+) -> None:
+    user_id = new_user()
+    token = mint(user_id)
+    assert authorize({name: f"Bearer {token}"}) == {"isAuthorized": True, "context": {"userId": str(user_id)}}
+
+
+def test_each_token_maps_to_its_own_user(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], mint: Callable[[int], str]
+) -> None:
+    users = [new_user() for _ in range(3)]
+    tokens = {user: mint(user) for user in users}
+    for user, token in tokens.items():
+        assert authorize({"authorization": token})["context"] == {"userId": str(user)}
+
+
+def test_unknown_token_is_denied(authorize: Callable[[dict[str, str]], dict[str, Any]], redis: Any) -> None:
+    token = uuid.uuid4().hex
+    assert not redis.exists(keys.login_token(token))
+    assert authorize({"authorization": f"Bearer {token}"}) == DENIED
+    # The sample event's own token belongs to nobody here either.
+    assert not redis.exists(keys.login_token("4f1c2b7e9a0d4e6c8b3a5d7f9e1c2b4a"))
+    assert authorize({"authorization": "Bearer 4f1c2b7e9a0d4e6c8b3a5d7f9e1c2b4a"}) == DENIED
+
+
+def test_missing_header_is_denied(authorize: Callable[[dict[str, str]], dict[str, Any]]) -> None:
+    assert authorize({}) == DENIED
+
+
+def test_no_headers_at_all_is_denied(handlers: dict[str, Handler], context: Any) -> None:
+    event = load_event("authorizer.json")
+    del event["headers"]
+    assert handlers["AuthorizerFunction"](event, context) == DENIED
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "Bearer",
+        "Bearer ",
+        "Basic dXNlcjpwYXNz",
+        "short",
+        "has space inside",
+        "login:token:*",
+        "../../etc/passwd",
+        "*",
+        "x" * 500,
+        "Bearer Bearer 4f1c2b7e9a0d4e6c8b3a5d7f9e1c2b4a",
+    ],
+)
+def test_junk_token_is_denied(authorize: Callable[[dict[str, str]], dict[str, Any]], value: str) -> None:
+    assert authorize({"authorization": value}) == DENIED
+
+
+@pytest.mark.parametrize("stored_id", ["abc", "0", "-3", "", " 7", "7.0", "²", "٣", "99999999999999999999"])
+def test_token_whose_hash_has_no_valid_user_id_is_denied(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], redis: Any, stored_id: str
+) -> None:
+    token = uuid.uuid4().hex
+    key = keys.login_token(token)
+    redis.hset(key, mapping={"id": stored_id, "nickName": "x", "icon": ""})
+    redis.expire(key, 60)
+    try:
+        assert authorize({"authorization": token}) == DENIED
+    finally:
+        redis.delete(key)
+
+
+def test_revoked_token_is_denied(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], mint: Callable[[int], str], redis: Any
+) -> None:
+    user_id = new_user()
+    token = mint(user_id)
+    assert authorize({"authorization": token})["isAuthorized"] is True
+    redis.delete(keys.login_token(token))
+    assert authorize({"authorization": token}) == DENIED

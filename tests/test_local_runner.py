@@ -1,0 +1,510 @@
+"""The local runner (``seckill_local``): the template reader, the queues on moto with
+their redrive, the HTTP API with its authorizer over real HTTP, the SQS feeder with
+the real persister, and ``seckill-local invoke`` as a command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seckill import keys
+from seckill.db import Credentials, Database
+from seckill.gate import Gate
+from seckill.ids import next_order_id
+from seckill.messages import OrderMessage
+from seckill.timeutil import from_ms
+from seckill.tokens import mint_tokens
+from seckill_local.api import LocalHttpApi, make_server
+from seckill_local.feeder import QueueFeeder
+from seckill_local.lambdas import FunctionPool
+from seckill_local.runner import Runner
+from seckill_local.sqs import ensure_queues
+from seckill_local.template import ROOT, TEMPLATE, Template
+from tests.conftest import EVENTS, db_rows, drain
+
+SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
+
+
+def new_user() -> int:
+    return random.randint(10**6, 10**12)
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def queue_attributes(sqs: Any, url: str) -> dict[str, str]:
+    attributes: dict[str, str] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return attributes
+
+
+def delete_queues_with_prefix(sqs: Any, prefix: str) -> None:
+    for url in sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", []):
+        sqs.delete_queue(QueueUrl=url)
+
+
+# --- template.yaml as the runner reads it ----------------------------------------------------
+
+
+def test_template_functions_and_their_handlers_exist(template: Template) -> None:
+    # The three of SPEC §2 (the template may hold more, e.g. scheduled jobs).
+    assert {"SeckillApiFunction", "OrderPersisterFunction", "AuthorizerFunction"} <= set(template.functions)
+    for fn in template.functions.values():
+        module, _, attr = fn.handler.rpartition(".")
+        source = fn.code_uri / f"{module.replace('.', '/')}.py"
+        assert source.is_file(), source
+        assert f"def {attr}(" in source.read_text(encoding="utf-8")
+        assert fn.code_uri.is_relative_to(ROOT / "functions")
+    assert template.functions["OrderPersisterFunction"].timeout == 30
+    assert template.functions["AuthorizerFunction"].timeout == 3
+    assert template.functions["SeckillApiFunction"].timeout == 10  # from Globals
+    # Globals' variables, then the function's own.
+    env = template.functions["SeckillApiFunction"].environment
+    assert env["REDIS_URL"] == {"Ref": "RedisUrl"}
+    assert env["ORDER_QUEUE_URL"] == {"Ref": "OrderQueue"}
+    assert template.functions["AuthorizerFunction"].environment["POWERTOOLS_SERVICE_NAME"] == "seckill-authorizer"
+
+
+def test_template_routes_with_their_auth(template: Template) -> None:
+    routes = {(route.method, route.path, route.auth, fn.logical_id) for route, fn in template.routes()}
+    assert routes == {
+        ("POST", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
+        ("GET", "/voucher-order/{orderId}", "default", "SeckillApiFunction"),
+        ("GET", "/voucher/list/{shopId}", "NONE", "SeckillApiFunction"),
+        ("POST", "/voucher/seckill", "AWS_IAM", "SeckillApiFunction"),
+        ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),
+    }
+    by_path = {route.path: route for route, _ in template.routes()}
+    seckill = by_path["/voucher-order/seckill/{voucherId}"]
+    assert seckill.match("POST", "/voucher-order/seckill/42") == {"voucherId": "42"}
+    assert seckill.match("post", "/voucher-order/seckill/42") == {"voucherId": "42"}
+    assert seckill.match("GET", "/voucher-order/seckill/42") is None
+    assert seckill.match("POST", "/voucher-order/seckill/42/x") is None
+    assert seckill.match("POST", "/voucher-order/seckill/") is None
+    status = by_path["/voucher-order/{orderId}"]
+    assert status.match("GET", "/voucher-order/seckill/42") is None
+    assert by_path["/voucher"].match("POST", "/voucher/seckill") is None
+
+
+def test_template_authorizer_queues_and_event_source(template: Template) -> None:
+    assert template.authorizer() == ("AuthorizerFunction", 300)
+    assert {"OrderDeadLetterQueue", "OrderQueue"} <= set(template.queues())
+    redrive = template.resource("OrderQueue")["Properties"]["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["OrderDeadLetterQueue", "Arn"]}
+    assert int(redrive["maxReceiveCount"]) >= 5
+    # SPEC §8: visibility at least six times the persister's timeout.
+    visibility = int(template.resource("OrderQueue")["Properties"]["VisibilityTimeout"])
+    assert visibility >= 6 * template.functions["OrderPersisterFunction"].timeout
+    (source,) = template.functions["OrderPersisterFunction"].sqs_events
+    assert source["Queue"] == {"Fn::GetAtt": ["OrderQueue", "Arn"]}
+    assert "ReportBatchItemFailures" in source["FunctionResponseTypes"]
+    assert template.resolve(source["BatchSize"], {}) == "10"
+    assert template.resolve(source["ScalingConfig"]["MaximumConcurrency"], {"PersisterMaxConcurrency": "3"}) == "3"
+    assert template.resolve({"Fn::Sub": "x"}, {}) is None
+
+
+# --- queues on moto ------------------------------------------------------------------------------
+
+
+def test_ensure_queues_creates_the_redrive_to_the_dead_letter_queue(
+    sqs: Any, template: Template, queues: dict[str, str]
+) -> None:
+    assert set(queues) == set(template.queues())
+    assert {"OrderQueue", "OrderDeadLetterQueue"} <= set(queues)
+    main, dlq = queue_attributes(sqs, queues["OrderQueue"]), queue_attributes(sqs, queues["OrderDeadLetterQueue"])
+    policy = json.loads(main["RedrivePolicy"])
+    assert policy["deadLetterTargetArn"] == dlq["QueueArn"]
+    assert int(policy["maxReceiveCount"]) == 5
+    assert main["VisibilityTimeout"] == "1"  # the override
+    assert main["MessageRetentionPeriod"] == "345600"
+    assert dlq["MessageRetentionPeriod"] == "1209600"
+    assert "RedrivePolicy" not in dlq
+
+    # Idempotent: the same prefix finds the same queues.
+    prefix = queues["OrderQueue"].rsplit("/", 1)[1].removesuffix("OrderQueue")
+    assert ensure_queues(sqs, template, prefix=prefix, visibility_timeout=1) == queues
+
+
+def test_ensure_queues_takes_the_templates_visibility_timeout(sqs: Any, template: Template) -> None:
+    prefix = f"v{uuid.uuid4().hex[:10]}-"
+    try:
+        urls = ensure_queues(sqs, template, prefix=prefix)
+        assert queue_attributes(sqs, urls["OrderQueue"])["VisibilityTimeout"] == "180"
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+
+
+def test_a_message_received_max_receive_count_times_moves_to_the_dlq(sqs: Any, queues: dict[str, str]) -> None:
+    url, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="never handled")["MessageId"]
+    for attempt in range(1, 6):
+        (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, AttributeNames=["All"])["Messages"]
+        assert message["MessageId"] == sent
+        assert message["Attributes"]["ApproximateReceiveCount"] == str(attempt)
+    # The sixth receive finds it gone: the queue itself redrove it.
+    assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0).get("Messages", []) == []
+    moved = drain(sqs, dlq)
+    assert [m["Body"] for m in moved] == ["never handled"]
+
+
+# --- a Runner wired to the suite's services ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def env_vars_file(tmp_path_factory: pytest.TempPathFactory, creds: Credentials) -> Path:
+    """An env-vars file (as for ``sam local --env-vars``) pointing at the suite's services."""
+    path = tmp_path_factory.mktemp("runner") / "env.json"
+    parameters = {
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "DB_HOST": creds.host,
+        "DB_PORT": str(creds.port),
+        "DB_NAME": creds.database,
+        "DB_USER": creds.user,
+        "DB_PASSWORD": creds.password,
+        "DB_SECRET_ARN": "",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+        "SECKILL_REFUSAL_CACHE_SECONDS": "0",
+    }
+    path.write_text(json.dumps({"Parameters": parameters}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def runner(sqs_endpoint: str, sqs: Any, env_vars_file: Path) -> Iterator[Runner]:
+    prefix = f"r{uuid.uuid4().hex[:10]}-"
+    args = argparse.Namespace(
+        template=str(TEMPLATE),
+        env_vars=env_vars_file,
+        sqs_endpoint=sqs_endpoint,
+        queue_prefix=prefix,
+        visibility_timeout=1,
+    )
+    yield Runner(args)
+    delete_queues_with_prefix(sqs, prefix)
+
+
+def test_runner_environment_resolves_refs_and_layers_env_vars(runner: Runner, creds: Credentials) -> None:
+    queues = runner.queues()
+    api = runner.environment(runner.function("SeckillApiFunction"))
+    assert api["ORDER_QUEUE_URL"] == queues["OrderQueue"]
+    assert api["DB_NAME"] == creds.database  # the env-vars file beats the template's !Ref DbName
+    assert api["REDIS_URL"] == os.environ["REDIS_URL"]
+    assert api["AWS_ENDPOINT_URL_SQS"] == runner.endpoint
+    assert api["AWS_LAMBDA_FUNCTION_NAME"] == "SeckillApiFunction"
+    assert api["POWERTOOLS_SERVICE_NAME"] == "seckill"
+    persister = runner.environment(runner.function("OrderPersisterFunction"))
+    assert "ORDER_QUEUE_URL" not in persister
+    with pytest.raises(SystemExit):
+        runner.function("NoSuchFunction")
+
+
+# --- the HTTP API over real HTTP ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api_url(runner: Runner, template: Template) -> Iterator[str]:
+    """``start-api`` in-process: one warm container each of the API and the authorizer."""
+    pools = {name: runner.pool(name, 1) for name in ("SeckillApiFunction", "AuthorizerFunction")}
+    try:
+        for pool in pools.values():
+            pool.warm()
+        server = make_server(LocalHttpApi(template, pools), "127.0.0.1", 0)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def http(
+    url: str, method: str = "GET", headers: dict[str, str] | None = None, data: bytes | None = None
+) -> tuple[int, dict[str, str], Any]:
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})  # noqa: S310 (localhost)
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310
+            status, raw, got = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        status, raw, got = error.code, error.read(), dict(error.headers)
+    return status, {k.lower(): v for k, v in got.items()}, json.loads(raw) if raw else None
+
+
+@pytest.fixture
+def mint(redis: Any) -> Iterator[Callable[[int], str]]:
+    minted: list[str] = []
+
+    def make(user_id: int) -> str:
+        token: str = mint_tokens(redis, [user_id], ttl_seconds=300)[user_id]
+        minted.append(token)
+        return token
+
+    yield make
+    if minted:
+        redis.delete(*(keys.login_token(t) for t in minted))
+
+
+def test_http_user_route_without_authorization_header_is_401(api_url: str, make_voucher: Callable[..., int]) -> None:
+    voucher_id = make_voucher(stock=1)
+    status, _, answer = http(f"{api_url}/voucher-order/seckill/{voucher_id}", "POST")
+    assert (status, answer) == (401, {"message": "Unauthorized"})
+    status, _, answer = http(f"{api_url}/voucher-order/123")
+    assert (status, answer) == (401, {"message": "Unauthorized"})
+
+
+def test_http_unknown_token_is_403(api_url: str, make_voucher: Callable[..., int], redis: Any) -> None:
+    voucher_id = make_voucher(stock=1)
+    status, _, answer = http(
+        f"{api_url}/voucher-order/seckill/{voucher_id}", "POST", {"Authorization": f"Bearer {uuid.uuid4().hex}"}
+    )
+    assert (status, answer) == (403, {"message": "Forbidden"})
+    assert redis.get(keys.stock(voucher_id)) == "1"
+
+
+def test_http_seckill_with_a_minted_token_is_202_and_queued(
+    api_url: str,
+    runner: Runner,
+    make_voucher: Callable[..., int],
+    mint: Callable[[int], str],
+    sqs: Any,
+    redis: Any,
+) -> None:
+    voucher_id = make_voucher(stock=2)
+    user_id, other = new_user(), new_user()
+    token = mint(user_id)
+    order_queue = runner.queues()["OrderQueue"]
+    drain(sqs, order_queue)
+
+    status, headers, answer = http(
+        f"{api_url}/voucher-order/seckill/{voucher_id}", "POST", {"Authorization": f"Bearer {token}"}
+    )
+
+    assert status == 202, answer
+    order_id = answer["data"]
+    assert isinstance(order_id, str)
+    assert answer["success"] is True
+    assert headers["location"] == f"/voucher-order/{order_id}"
+    assert headers["content-type"].startswith("application/json")
+    try:
+        (message,) = drain(sqs, order_queue)
+        assert json.loads(message["Body"])["orderId"] == order_id
+        assert json.loads(message["Body"])["userId"] == user_id
+
+        # The user behind the token, and only that user, sees the order.
+        status, _, answer = http(f"{api_url}/voucher-order/{order_id}", headers={"authorization": token})
+        assert status == 200, answer
+        assert answer["data"]["status"] == "PENDING"
+        assert answer["data"]["userId"] == user_id
+        status, _, answer = http(f"{api_url}/voucher-order/{order_id}", headers={"authorization": mint(other)})
+        assert (status, answer["code"]) == (404, "ORDER_NOT_FOUND")
+
+        # The function's own refusals come through unchanged.
+        status, _, answer = http(f"{api_url}/voucher-order/seckill/{voucher_id}", "POST", {"authorization": token})
+        assert (status, answer["code"]) == (409, "DUPLICATE_ORDER")
+    finally:
+        redis.delete(keys.order_status(int(order_id)))
+
+
+def test_http_public_route_needs_no_token(api_url: str, make_voucher: Callable[..., int]) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    voucher_id = make_voucher(shop_id=shop_id)
+    status, _, answer = http(f"{api_url}/voucher/list/{shop_id}")
+    assert status == 200, answer
+    assert [v["id"] for v in answer["data"]] == [voucher_id]
+    status, _, answer = http(f"{api_url}/voucher/list/abc")
+    assert (status, answer["code"]) == (400, "BAD_REQUEST")
+
+
+def test_http_admin_route_needs_a_sigv4_request(api_url: str, redis: Any) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    payload = json.loads(json.loads((EVENTS / "seckill_api_add_seckill_voucher.json").read_text())["body"])
+    payload.update(shopId=shop_id, beginTime="2031-01-01T00:00:00Z", endTime="2031-01-02T00:00:00Z")
+    data = json.dumps(payload).encode()
+    url = f"{api_url}/voucher/seckill"
+    json_type = {"content-type": "application/json"}
+
+    for headers in ({}, {"authorization": "Bearer whatever-token"}):
+        status, _, answer = http(url, "POST", json_type | headers, data)
+        assert (status, answer) == (403, {"message": "Forbidden"})
+    status, _, answer = http(f"{api_url}/voucher/list/{shop_id}")
+    assert answer["data"] == []
+
+    signed = {"authorization": "AWS4-HMAC-SHA256 Credential=LOCAL/20260101/us-east-1/execute-api/aws4_request"}
+    status, _, answer = http(url, "POST", json_type | signed, data)
+    assert status == 201, answer
+    voucher_id = answer["data"]
+    try:
+        assert type(voucher_id) is int
+        assert redis.get(keys.stock(voucher_id)) == str(payload["stock"])
+    finally:
+        redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id))
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/nope"), ("DELETE", "/voucher/list/1"), ("GET", "/voucher")])
+def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None:
+    status, _, answer = http(f"{api_url}{path}", method)
+    assert (status, answer) == (404, {"message": "Not Found"})
+
+
+# --- the SQS feeder with the real persister ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def persister_pool(runner: Runner) -> Iterator[FunctionPool]:
+    pool = runner.pool("OrderPersisterFunction", 1)
+    pool.warm()
+    yield pool
+    pool.close()
+
+
+def accept(gate: Gate, redis: Any, voucher_id: int, user_id: int) -> OrderMessage:
+    """The gate's yes, as the API gives it (reserve, order id, attach)."""
+    reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+    order_id = next_order_id(redis)
+    assert gate.attach(reservation, order_id)
+    return OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+
+
+def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
+    persister_pool: FunctionPool,
+    queues: dict[str, str],
+    sqs: Any,
+    gate: Gate,
+    redis: Any,
+    db: Database,
+    make_voucher: Callable[..., int],
+) -> None:
+    url = queues["OrderQueue"]
+    voucher_id = make_voucher(stock=5)
+    good = [accept(gate, redis, voucher_id, new_user()) for _ in range(3)]
+    for message in good[:2]:
+        sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
+    bad_id = sqs.send_message(QueueUrl=url, MessageBody='{"orderId": "not a number"}')["MessageId"]
+    sqs.send_message(QueueUrl=url, MessageBody=good[2].to_json())
+    feeder = QueueFeeder(sqs, url, persister_pool, batch_size=10, concurrency=1)
+
+    received = 0
+    for _ in range(10):
+        received += feeder.poll_once()
+        if received >= 4:
+            break
+
+    assert received == 4
+    assert (feeder.stats.records, feeder.stats.deleted, feeder.stats.failed, feeder.stats.errors) == (4, 3, 1, 0)
+    stored = db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id)
+    assert sorted(int(r["id"]) for r in stored) == sorted(m.order_id for m in good)
+    assert db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id) == [{"stock": 2}]
+    assert redis.hlen(keys.pending(voucher_id)) == 0
+    attributes = queue_attributes(sqs, url)
+    assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
+        "0",
+        "1",
+    )
+
+    # After the visibility timeout (1 s here) the failed record is back, and only it.
+    deadline = time.monotonic() + 5
+    back: list[dict[str, Any]] = []
+    while not back and time.monotonic() < deadline:
+        back = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1, AttributeNames=["All"]).get("Messages", [])
+    assert [m["MessageId"] for m in back] == [bad_id]
+    assert back[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+
+
+def test_feeder_failing_record_reaches_the_dlq_through_the_queues_redrive(
+    persister_pool: FunctionPool, queues: dict[str, str], sqs: Any
+) -> None:
+    url, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
+    # Retry at once instead of after the visibility timeout, to keep the test fast.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "0"})
+    sent = sqs.send_message(QueueUrl=url, MessageBody="not an order")["MessageId"]
+    feeder = QueueFeeder(sqs, url, persister_pool, batch_size=10, concurrency=1)
+
+    attempts = 0
+    while feeder.poll_once() and attempts < 10:
+        attempts += 1
+
+    assert attempts == 5  # maxReceiveCount
+    assert feeder.stats.failed == 5
+    assert feeder.stats.deleted == 0
+    moved = drain(sqs, dlq)
+    assert [(m["MessageId"], m["Body"]) for m in moved] == [(sent, "not an order")]
+    assert drain(sqs, url) == []
+
+
+# --- seckill-local invoke as a command ---------------------------------------------------------
+
+
+def seckill_local_invoke(
+    logical_id: str, event: dict[str, Any], env_vars: Path, tmp_path: Path, sqs_endpoint: str, sqs: Any
+) -> subprocess.CompletedProcess[str]:
+    event_file = tmp_path / f"{logical_id}-event.json"
+    event_file.write_text(json.dumps(event), encoding="utf-8")
+    prefix = f"i{uuid.uuid4().hex[:10]}-"
+    # Only the env-vars file can point the function at the suite's services.
+    env = dict(os.environ, REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0", DB_NAME="no_such_db")
+    command = [str(SECKILL_LOCAL), "invoke", logical_id, "-e", str(event_file), "--env-vars", str(env_vars)]
+    command += ["--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    try:
+        return subprocess.run(  # noqa: S603 (our own command)
+            command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False
+        )
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+
+
+def test_seckill_local_invoke_prints_the_json_result(
+    tmp_path: Path, env_vars_file: Path, sqs_endpoint: str, sqs: Any, mint: Callable[[int], str]
+) -> None:
+    user_id = new_user()
+    token = mint(user_id)
+    event = json.loads((EVENTS / "authorizer.json").read_text(encoding="utf-8"))
+    event["headers"]["authorization"] = f"Bearer {token}"
+    event["identitySource"] = [f"Bearer {token}"]
+
+    done = seckill_local_invoke("AuthorizerFunction", event, env_vars_file, tmp_path, sqs_endpoint, sqs)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"isAuthorized": True, "context": {"userId": str(user_id)}}
+
+
+def test_seckill_local_invoke_keeps_function_logs_off_stdout(
+    tmp_path: Path, env_vars_file: Path, sqs_endpoint: str, sqs: Any
+) -> None:
+    """As ``sam local invoke``: stdout is the result alone, the function's logs go to stderr.
+    The function's own section of the env-vars file points it at a closed database port."""
+    env_vars = json.loads(env_vars_file.read_text(encoding="utf-8"))
+    env_vars["SeckillApiFunction"] = {"DB_PORT": str(closed_port()), "POWERTOOLS_LOG_LEVEL": "INFO"}
+    env_file = tmp_path / "env.json"
+    env_file.write_text(json.dumps(env_vars), encoding="utf-8")
+    event = json.loads((EVENTS / "seckill_api_order_status.json").read_text(encoding="utf-8"))
+
+    done = seckill_local_invoke("SeckillApiFunction", event, env_file, tmp_path, sqs_endpoint, sqs)
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["statusCode"] == 500
+    assert json.loads(result["body"])["code"] == "INTERNAL_ERROR"
+    assert "Traceback" not in result["body"]
+    assert "unhandled error" in done.stderr
