@@ -60,7 +60,8 @@ class Gate:
             expires, code = cached
             if self.clock() < expires:
                 raise refusal(code)
-            del self._refused[voucher_id]
+            # pop, not del: a release in another thread may have dropped it already.
+            self._refused.pop(voucher_id, None)
         code, now_ms = self.scripts.gate(
             keys=[keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id)],
             args=[user_id, token],

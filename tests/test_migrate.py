@@ -1,0 +1,160 @@
+"""The schema migration (``python -m seckill.migrate``) on the real MariaDB."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pymysql
+import pytest
+
+from seckill import migrate as migrate_module
+from seckill.db import Credentials, connect
+from seckill.migrate import migrate
+
+TABLES = {"tb_voucher", "tb_seckill_voucher", "tb_voucher_order", "tb_voucher_order_rejection"}
+
+
+def query(creds: Credentials, sql: str, *params: Any) -> list[dict[str, Any]]:
+    conn = connect(creds, database=False)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def database_exists(creds: Credentials, name: str) -> bool:
+    return bool(query(creds, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", name))
+
+
+def tables(creds: Credentials, name: str) -> set[str]:
+    rows = query(creds, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", name)
+    return {r["TABLE_NAME"] for r in rows}
+
+
+@pytest.fixture
+def fresh(creds: Credentials) -> Iterator[Credentials]:
+    """Credentials for a database that does not exist yet; dropped afterwards."""
+    name = f"seckill_mig_{secrets.token_hex(6)}"
+    fresh = replace(creds, database=name)
+    yield fresh
+    query(creds, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_creates_a_missing_database_and_its_tables(fresh: Credentials) -> None:
+    assert not database_exists(fresh, fresh.database)
+    migrate(fresh)
+    assert database_exists(fresh, fresh.database)
+    assert tables(fresh, fresh.database) == TABLES
+    [charset] = query(
+        fresh,
+        "SELECT DEFAULT_CHARACTER_SET_NAME AS c FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+        fresh.database,
+    )
+    assert charset["c"] == "utf8mb4"
+
+
+def test_running_twice_is_fine_and_keeps_the_data(fresh: Credentials) -> None:
+    migrate(fresh)
+    query(
+        fresh,
+        f"INSERT INTO `{fresh.database}`.tb_voucher (shop_id, title, pay_value, actual_value) VALUES (1, 'kept', 1, 2)",
+    )
+    migrate(fresh)
+    migrate(fresh)
+    assert tables(fresh, fresh.database) == TABLES
+    rows = query(fresh, f"SELECT title FROM `{fresh.database}`.tb_voucher")
+    assert [r["title"] for r in rows] == ["kept"]
+
+
+def test_the_suites_own_database_migrates_again(creds: Credentials) -> None:
+    # The session database is already migrated (and in use): a second run changes nothing.
+    migrate(creds)
+    assert tables(creds, creds.database) >= TABLES
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "bad-name", "x;DROP DATABASE mysql", "name`", "a b", "a" * 65, "ünicode", "../etc", "db.name"],
+)
+def test_rejects_an_invalid_database_name(creds: Credentials, name: str) -> None:
+    with pytest.raises(ValueError, match="invalid database name"):
+        migrate(replace(creds, database=name))
+    if name:
+        assert not database_exists(creds, name)
+
+
+def test_order_table_has_unique_user_and_voucher(creds: Credentials) -> None:
+    rows = query(
+        creds,
+        "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'tb_voucher_order' ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+        creds.database,
+    )
+    unique: dict[str, list[str]] = {}
+    for r in rows:
+        if int(r["NON_UNIQUE"]) == 0:
+            unique.setdefault(r["INDEX_NAME"], []).append(r["COLUMN_NAME"])
+    assert unique["PRIMARY"] == ["id"]
+    assert ["user_id", "voucher_id"] in unique.values()
+
+
+def test_a_second_order_of_a_user_for_a_voucher_is_refused_by_the_database(fresh: Credentials) -> None:
+    migrate(fresh)
+    conn = connect(fresh)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (1, 7, 9)")
+            # Another user, or another voucher, is fine.
+            cursor.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (2, 8, 9)")
+            cursor.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (3, 7, 10)")
+            with pytest.raises(pymysql.err.IntegrityError) as caught:
+                cursor.execute("INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (4, 7, 9)")
+            assert caught.value.args[0] == 1062
+            assert "uk_user_voucher" in caught.value.args[1]
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_stock_cannot_go_below_zero_in_the_database(fresh: Credentials) -> None:
+    migrate(fresh)
+    conn = connect(fresh)
+    try:
+        with conn.cursor() as cursor, pytest.raises(pymysql.err.OperationalError):
+            cursor.execute(
+                "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (1, -1, NOW(), NOW())"
+            )
+    finally:
+        with contextlib.suppress(pymysql.Error):
+            conn.rollback()
+        conn.close()
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def test_command_applies_the_schema_named_by_the_environment(
+    fresh: Credentials, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DB_NAME", fresh.database)
+    assert migrate_module.main([]) == 0
+    assert fresh.database in capsys.readouterr().out
+    assert tables(fresh, fresh.database) == TABLES
+
+
+def test_command_reports_an_unreachable_database(
+    fresh: Credentials, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DB_NAME", fresh.database)
+    monkeypatch.setenv("DB_PORT", "1")
+    assert migrate_module.main([]) == 2
+    assert "cannot reach MySQL" in capsys.readouterr().err
+    assert not database_exists(fresh, fresh.database)

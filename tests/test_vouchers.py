@@ -1,0 +1,292 @@
+"""Voucher bodies, creation (MySQL + the Redis preload the gate reads) and the shop list."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+import redis as redis_lib
+
+from seckill import keys, vouchers
+from seckill.db import Database
+from seckill.errors import BadRequest
+from seckill.timeutil import to_ms
+from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
+from tests.conftest import db_rows, load_event
+
+SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
+
+
+def sample(**changes: Any) -> str:
+    """The sample event's body with fields changed (None removes one)."""
+    data = json.loads(SAMPLE)
+    for name, value in changes.items():
+        if value is None:
+            data.pop(name)
+        else:
+            data[name] = value
+    return json.dumps(data)
+
+
+# --- parse_voucher -----------------------------------------------------------------------
+
+
+def test_the_sample_body_is_valid() -> None:
+    voucher = parse_voucher(SAMPLE, SeckillVoucherIn, UTC)
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert (voucher.shop_id, voucher.title, voucher.pay_value, voucher.actual_value) == (1, "100元代金券", 8000, 10000)
+    assert (voucher.type, voucher.stock) == (1, 200)
+    assert voucher.sub_title == "周一至周五均可使用"
+    assert voucher.begin_time == datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param(sample(shopId=None), "shopId", id="missing-shopId"),
+        pytest.param(sample(shopId=0), "shopId", id="shopId-zero"),
+        pytest.param(sample(shopId=-3), "shopId", id="shopId-negative"),
+        pytest.param(sample(shopId="1"), "shopId", id="shopId-string"),
+        pytest.param(sample(title=""), "title", id="title-empty"),
+        pytest.param(sample(title=None), "title", id="title-missing"),
+        pytest.param(sample(stock=0), "stock", id="stock-zero"),
+        pytest.param(sample(stock="10"), "stock", id="stock-string"),
+        pytest.param(sample(stock=10.5), "stock", id="stock-float"),
+        pytest.param(sample(stock=True), "stock", id="stock-bool"),
+        pytest.param(sample(stock=None), "stock", id="stock-missing"),
+        pytest.param(sample(payValue=-1), "payValue", id="payValue-negative"),
+        pytest.param(sample(endTime="2026-11-30T11:00:00"), "endTime", id="end-before-begin"),
+        pytest.param(sample(endTime="2026-11-30T12:00:00"), "endTime", id="end-equals-begin"),
+        pytest.param(sample(beginTime="tomorrow"), "beginTime", id="beginTime-not-a-date"),
+        pytest.param(sample(endTime=None), "endTime", id="endTime-missing"),
+        pytest.param(sample(type=0), "type", id="ordinary-type-on-seckill-route"),
+        pytest.param(sample(type=2), "type", id="type-unknown"),
+    ],
+)
+def test_bad_seckill_bodies_name_the_field(body: str, field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, UTC)
+    assert caught.value.status == 400
+    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+
+
+@pytest.mark.parametrize("body", ["not json", "", None, "[]", '"a string"', "{"])
+def test_body_that_is_not_a_json_object_is_a_400(body: str | None) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, UTC)
+    assert caught.value.status == 400
+
+
+def test_seckill_type_on_the_ordinary_route_is_a_400() -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(), VoucherIn, UTC)
+    assert caught.value.message.startswith("type:")
+
+
+def test_ordinary_voucher_body() -> None:
+    body = json.dumps({"shopId": 3, "title": "t", "payValue": 100, "actualValue": 200})
+    voucher = parse_voucher(body, VoucherIn, UTC)
+    assert (voucher.shop_id, voucher.type, voucher.sub_title) == (3, 0, None)
+
+
+def test_naive_times_are_read_in_the_given_zone() -> None:
+    voucher = parse_voucher(SAMPLE, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    # 12:00 in Shanghai (UTC+8) is 04:00 UTC.
+    assert voucher.begin_time == datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2026, 11, 30, 15, 59, 59, tzinfo=UTC)
+    assert voucher.begin_time.utcoffset() == timedelta(0)
+
+
+def test_times_with_an_offset_ignore_the_zone() -> None:
+    body = sample(beginTime="2026-11-30T12:00:00+02:00", endTime="2026-11-30T13:00:00Z")
+    voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert voucher.begin_time == datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+
+
+def test_end_before_begin_is_judged_after_the_zone() -> None:
+    # 10:00+00:00 is after 12:00 in Shanghai (04:00Z): valid only once the zone applies.
+    body = sample(beginTime="2026-11-30T12:00:00", endTime="2026-11-30T10:00:00+00:00")
+    voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    with pytest.raises(BadRequest):
+        parse_voucher(body, SeckillVoucherIn, UTC)
+
+
+# --- create_seckill_voucher ----------------------------------------------------------------
+
+
+@pytest.fixture
+def created(redis: Any) -> Iterator[list[int]]:
+    """Voucher ids whose Redis keys this test owns."""
+    made: list[int] = []
+    yield made
+    for voucher_id in made:
+        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+
+
+def seckill_voucher(shop_id: int = 1, stock: int = 25, title: str = "flash") -> SeckillVoucherIn:
+    begin = datetime(2030, 5, 1, 8, 0, 0, 250000, tzinfo=UTC)
+    return SeckillVoucherIn(
+        shop_id=shop_id,
+        title=title,
+        sub_title="sub",
+        rules="rules",
+        pay_value=8000,
+        actual_value=10000,
+        stock=stock,
+        begin_time=begin,
+        end_time=begin + timedelta(hours=2),
+    )
+
+
+def test_create_seckill_voucher_writes_both_tables_and_preloads_redis(
+    db: Database, redis: Any, created: list[int]
+) -> None:
+    voucher = seckill_voucher(stock=25)
+    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+    created.append(voucher_id)
+
+    [row] = db_rows(db, "SELECT * FROM tb_voucher WHERE id = %s", voucher_id)
+    assert (row["shop_id"], row["title"], row["type"], row["status"]) == (1, "flash", 1, 1)
+    assert (row["pay_value"], row["actual_value"], row["sub_title"], row["rules"]) == (8000, 10000, "sub", "rules")
+    [seckill] = db_rows(db, "SELECT * FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    assert seckill["stock"] == 25
+    # Stored as naive UTC, to the millisecond.
+    assert seckill["begin_time"] == datetime(2030, 5, 1, 8, 0, 0, 250000)
+    assert seckill["end_time"] == datetime(2030, 5, 1, 10, 0, 0, 250000)
+
+    # The gate's view, under the contract's key names.
+    assert redis.get(f"seckill:stock:{{{voucher_id}}}") == "25"
+    assert redis.hgetall(keys.window(voucher_id)) == {
+        "begin": str(to_ms(voucher.begin_time)),
+        "end": str(to_ms(voucher.end_time)),
+    }
+    assert redis.hgetall(keys.window(voucher_id))["begin"] == "1903852800250"
+    assert redis.exists(f"seckill:order:{{{voucher_id}}}", keys.pending(voucher_id)) == 0
+
+
+def test_a_reused_voucher_id_does_not_inherit_old_buyers(db: Database, redis: Any, created: list[int]) -> None:
+    # As after the database is recreated: the next voucher gets an id whose Redis keys are still there.
+    old_id = vouchers.create_seckill_voucher(db, redis, seckill_voucher(stock=3))
+    created.append(old_id)
+    redis.sadd(keys.buyers(old_id), "5", "6")
+    redis.hset(keys.pending(old_id), "5", "1:tok:99")
+    redis.set(keys.stock(old_id), 1)
+    db_rows(db, "DELETE FROM tb_seckill_voucher WHERE voucher_id = %s", old_id)
+    db_rows(db, "DELETE FROM tb_voucher WHERE id = %s", old_id)
+    db_rows(db, f"ALTER TABLE tb_voucher AUTO_INCREMENT = {old_id}")
+
+    new_id = vouchers.create_seckill_voucher(db, redis, seckill_voucher(stock=7))
+    created.append(new_id)
+
+    assert new_id == old_id
+    assert redis.get(keys.stock(new_id)) == "7"
+    assert redis.exists(keys.buyers(new_id), keys.pending(new_id)) == 0
+
+
+def test_redis_failure_during_preload_commits_nothing(db: Database, redis: Any) -> None:
+    title = f"unreachable-{uuid.uuid4().hex}"
+    dead = redis_lib.Redis(port=1, socket_connect_timeout=0.2, socket_timeout=0.2, retry=None)
+    with pytest.raises(redis_lib.exceptions.ConnectionError):
+        vouchers.create_seckill_voucher(db, dead, seckill_voucher(title=title))
+    assert db_rows(db, "SELECT id FROM tb_voucher WHERE title = %s", title) == []
+    orphans = db_rows(
+        db,
+        "SELECT sv.voucher_id FROM tb_seckill_voucher sv LEFT JOIN tb_voucher v ON v.id = sv.voucher_id"
+        " WHERE v.id IS NULL",
+    )
+    assert orphans == []
+    # The connection is usable afterwards (the transaction was rolled back, not left open).
+    assert db_rows(db, "SELECT 1 AS one") == [{"one": 1}]
+
+
+def test_create_ordinary_voucher_touches_no_redis(db: Database, redis: Any) -> None:
+    voucher = VoucherIn(shop_id=2, title="plain", pay_value=100, actual_value=150)
+    voucher_id = vouchers.create_voucher(db, voucher)
+    [row] = db_rows(db, "SELECT * FROM tb_voucher WHERE id = %s", voucher_id)
+    assert (row["type"], row["title"]) == (0, "plain")
+    assert db_rows(db, "SELECT * FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id) == []
+    assert redis.exists(keys.stock(voucher_id), keys.window(voucher_id)) == 0
+
+
+# --- list_vouchers -------------------------------------------------------------------------
+
+FIELDS = {
+    "id",
+    "shopId",
+    "title",
+    "subTitle",
+    "rules",
+    "payValue",
+    "actualValue",
+    "type",
+    "status",
+    "stock",
+    "beginTime",
+    "endTime",
+}
+
+
+@pytest.fixture
+def shop_id() -> int:
+    return secrets.randbelow(10**12) + 10**6
+
+
+def test_list_vouchers_of_a_shop(
+    db: Database, redis: Any, shop_id: int, make_voucher: Callable[..., int], created: list[int]
+) -> None:
+    seckill_id = vouchers.create_seckill_voucher(db, redis, seckill_voucher(shop_id=shop_id, stock=30))
+    created.append(seckill_id)
+    ordinary_id = vouchers.create_voucher(db, VoucherIn(shop_id=shop_id, title="plain", pay_value=1, actual_value=2))
+    make_voucher(shop_id=shop_id + 1)  # another shop's
+
+    listed = vouchers.list_vouchers(db, shop_id)
+
+    assert [v["id"] for v in listed] == [seckill_id, ordinary_id]
+    assert all(set(v) == FIELDS for v in listed)
+    seckill, ordinary = listed
+    assert seckill == {
+        "id": seckill_id,
+        "shopId": shop_id,
+        "title": "flash",
+        "subTitle": "sub",
+        "rules": "rules",
+        "payValue": 8000,
+        "actualValue": 10000,
+        "type": 1,
+        "status": 1,
+        "stock": 30,
+        "beginTime": "2030-05-01T08:00:00.250Z",
+        "endTime": "2030-05-01T10:00:00.250Z",
+    }
+    assert (ordinary["type"], ordinary["stock"], ordinary["beginTime"], ordinary["endTime"]) == (0, None, None, None)
+    # The body is JSON as is.
+    json.dumps(listed)
+
+
+def test_list_shows_the_database_stock_and_hides_withdrawn(
+    db: Database, redis: Any, shop_id: int, created: list[int]
+) -> None:
+    on_sale = vouchers.create_seckill_voucher(db, redis, seckill_voucher(shop_id=shop_id, stock=30))
+    withdrawn = vouchers.create_seckill_voucher(db, redis, seckill_voucher(shop_id=shop_id, stock=30))
+    created.extend([on_sale, withdrawn])
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 12 WHERE voucher_id = %s", on_sale)
+    db_rows(db, "UPDATE tb_voucher SET status = 2 WHERE id = %s", withdrawn)
+
+    listed = vouchers.list_vouchers(db, shop_id)
+
+    assert [(v["id"], v["stock"]) for v in listed] == [(on_sale, 12)]
+
+
+def test_list_of_an_unknown_shop_is_empty(db: Database, shop_id: int) -> None:
+    assert vouchers.list_vouchers(db, shop_id) == []
