@@ -105,8 +105,19 @@ class PrivateRedis:
 
     def start(self) -> None:
         log = (self.workdir / "redis.log").open("ab")
-        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                   "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        command = [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
         client = redis_lib.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 15
@@ -131,8 +142,9 @@ class ConnectionKiller:
     def __init__(self, creds: Any, log: Path, *, interval: float, share: float, spare: set[int]) -> None:
         import pymysql
 
-        self.conn = pymysql.connect(host=creds.host, port=creds.port, user=creds.user, password=creds.password,
-                                    autocommit=True)  # fmt: skip
+        self.conn = pymysql.connect(
+            host=creds.host, port=creds.port, user=creds.user, password=creds.password, autocommit=True
+        )
         self.database = creds.database
         self.log = log
         self.interval = interval

@@ -2,30 +2,32 @@
 
 Applies the schema, starts moto SQS, the local HTTP API (authorizer included)
 and the queue feeder, creates a voucher whose sale is open now, mints users,
-fires their presses concurrently through the real request path, drains the
-queue, re-delivers every order once more, and reports. Exits 1 if any
-invariant of SPEC §6 fails, 2 if a local service is missing.
+and fires their presses concurrently through the real request path. Then it
+drains the queue, replays the dead-letter queue, reconciles, re-delivers every
+order once more, asks the status route about every order id it was given, and
+reports. ``--chaos`` injects faults all along (see ``seckill_local.chaos``).
+
+Exit status: 0 every invariant of SPEC §6 holds; 1 one does not (or the run
+could not complete); 2 a local service is missing or an option is invalid.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
-import signal
-import socket
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,145 +37,33 @@ import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as AwsCredentials
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from seckill import keys
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database
-from seckill.messages import OrderMessage
+from seckill.gate import Gate
+from seckill.messages import OrderMessage, OrderQueue
 from seckill.migrate import migrate
-from seckill.tokens import mint_tokens
+from seckill.reconcile import queue_drained, reconcile
+from seckill.recovery import rebuild
+from seckill.scripts import Scripts
+from seckill.tokens import mint_tokens, store_tokens
+from seckill_local import chaos
+from seckill_local.report import Check, Fault, Outcome, Press, Report, check_invariants, percentiles, render
 from seckill_local.sqs import LOCAL_AWS, queue_depth, sqs_client
+from seckill_local.stack import LocalStack, free_port, preflight
+from seckill_local.template import ROOT
 
 console = Console(stderr=True)
 
-START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
-START_MARIADB = (
-    "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd  (or: systemctl start mariadb)"
-)
-
-
-@dataclass
-class Press:
-    user_id: int
-    status: int
-    code: str | None
-    order_id: str | None
-    latency_ms: float
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass
-class Report:
-    voucher_id: int
-    users: int
-    stock: int
-    presses_per_user: int
-    requests: int
-    accepted: int
-    refusals: dict[str, int]
-    errors: int
-    wall_seconds: float
-    throughput_rps: float
-    latency_ms: dict[str, float]
-    confirmed: int
-    failed: int
-    failed_reasons: dict[str, int]
-    redis_stock: int | None
-    mysql_stock: int | None
-    redelivered: int
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LocalStack:
-    """The runner's three processes: moto SQS, the HTTP API and the queue feeder."""
-
-    def __init__(self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int) -> None:
-        self.workdir = workdir
-        self.sqs_port, self.api_port = free_port(), free_port()
-        self.sqs_endpoint = f"http://127.0.0.1:{self.sqs_port}"
-        self.api_url = f"http://127.0.0.1:{self.api_port}"
-        self.containers = containers
-        self.visibility_timeout = visibility_timeout
-        env_vars["Parameters"]["AWS_ENDPOINT_URL_SQS"] = self.sqs_endpoint
-        self.env_file = workdir / "env.json"
-        self.env_file.write_text(json.dumps(env_vars, indent=2), encoding="utf-8")
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def _spawn(self, name: str, *args: str) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        command = [sys.executable, "-m", "seckill_local.runner", *args, "--sqs-endpoint", self.sqs_endpoint]
-        # Our own runner with our own arguments; a session of its own so stop() reaches its workers.
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
-        self.processes.append(process)
-
-    def start(self) -> None:
-        vt = ["--visibility-timeout", str(self.visibility_timeout)]
-        self._spawn("sqs", "start-sqs", "--port", str(self.sqs_port), *vt)
-        self._wait("moto SQS", lambda: bool(sqs_client(self.sqs_endpoint).get_queue_url(QueueName="OrderQueue")))
-        env = ["--env-vars", str(self.env_file)]
-        self._spawn("api", "start-api", "--port", str(self.api_port), "--containers", str(self.containers), *env)
-        self._spawn("feed", "feed", *env, *vt)
-        http = urllib3.PoolManager(retries=False, timeout=2)
-        self._wait("the local HTTP API", lambda: http.request("GET", f"{self.api_url}/voucher/list/1").status == 200)
-
-    def _wait(self, what: str, ready: Callable[[], bool], timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for process in self.processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"a runner process exited early; see the logs in {self.workdir}")
-            with contextlib.suppress(Exception):  # not up yet
-                if ready():
-                    return
-            time.sleep(0.3)
-        raise RuntimeError(f"{what} did not come up within {timeout:.0f} s; see the logs in {self.workdir}")
-
-    def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-
-
-def preflight(settings: Settings, creds: Credentials) -> str | None:
-    """None when Redis and MySQL answer; otherwise exactly what to start."""
-    try:
-        redis_client(settings).ping()
-    except RedisError as exc:
-        return f"Redis is not reachable at {settings.redis_url} ({exc}).\nStart it with:\n  {START_REDIS}"
-    try:
-        pymysql.connect(host=creds.host, port=creds.port, user=creds.user, password=creds.password, connect_timeout=3)
-    except pymysql.err.OperationalError as exc:
-        return (
-            f"MySQL/MariaDB is not reachable at {creds.host}:{creds.port} as {creds.user!r} ({exc.args[-1]}).\n"
-            f"Start it with:\n  {START_MARIADB}"
-        )
-    return None
+# Chaos defaults, per function: every fault on, at rates a 1,000-user sale notices.
+CHAOS = {
+    "SeckillApiFunction": {"sendFailure": 0.05, "sendCrash": 0.02},
+    "OrderPersisterFunction": {"persisterCrash": 0.03},
+}
+MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
 
 def signed_post(http: urllib3.PoolManager, url: str, body: dict[str, Any]) -> urllib3.BaseHTTPResponse:
@@ -193,11 +83,13 @@ def fire(
     presses: int,
     concurrency: int,
     progress: Progress,
+    on_press: Callable[[int], None] = lambda done: None,
 ) -> tuple[list[Press], float]:
     plan = [user for user in tokens for _ in range(presses)]
     random.shuffle(plan)
     url = f"{api_url}/voucher-order/seckill/{voucher_id}"
     task = progress.add_task("firing presses", total=len(plan))
+    done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
 
     def press(user_id: int) -> Press:
         started = time.perf_counter()
@@ -211,6 +103,7 @@ def fire(
         except Exception as exc:
             result = Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000)
         progress.advance(task)
+        on_press(next(done))
         return result
 
     started = time.perf_counter()
@@ -220,6 +113,7 @@ def fire(
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
+    """(confirmed, failed) orders of the voucher in MySQL."""
     with db.transaction() as cursor:
         cursor.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         confirmed = int(cursor.fetchone()["n"])
@@ -227,158 +121,348 @@ def decided(db: Database, voucher_id: int) -> tuple[int, int]:
         return confirmed, int(cursor.fetchone()["n"])
 
 
-def wait_drained(
-    db: Database,
-    sqs: Any,
-    queue_url: str,
-    voucher_id: int,
-    expected: int,
-    timeout: float,
-    progress: Progress,
-    what: str = "persisting orders",
-) -> bool:
-    """Until the queue is empty and the database has decided every accepted order."""
-    task = progress.add_task(what, total=expected)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        confirmed, failed = decided(db, voucher_id)
-        progress.update(task, completed=confirmed + failed)
-        if confirmed + failed >= expected and queue_depth(sqs, queue_url) == 0:
-            return True
-        time.sleep(0.25)
-    return False
+@dataclass
+class Sale:
+    """Everything one run holds."""
 
+    args: argparse.Namespace
+    stack: LocalStack
+    redis: Any
+    db: Database
+    workdir: Path
+    private_redis: chaos.PrivateRedis | None
+    chaos_log: Path
+    http: urllib3.PoolManager
+    sqs: Any = None
+    queue_url: str = ""
+    dlq_url: str = ""
+    voucher_id: int = 0
 
-def check_invariants(
-    db: Database,
-    redis: Any,
-    http: urllib3.PoolManager,
-    api_url: str,
-    voucher_id: int,
-    stock: int,
-    users: int,
-    presses: list[Press],
-    tokens: dict[int, str],
-) -> list[Check]:
-    accepted = [p for p in presses if p.status == 202]
-    with db.transaction() as cursor:
-        cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
-        orders = {int(r["id"]): int(r["user_id"]) for r in cursor.fetchall()}
-        cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
-        rejected = {int(r["order_id"]) for r in cursor.fetchall()}
-        cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
-        mysql_stock = int(cursor.fetchone()["stock"])
-    redis_stock = int(redis.get(keys.stock(voucher_id)))
-    pending = redis.hlen(keys.pending(voucher_id))
-    ids = [int(p.order_id or 0) for p in accepted]
-    per_user = Counter(orders.values())
-    winners = Counter(p.user_id for p in accepted)
-    missing = [i for i in ids if i not in orders and i not in rejected]
-    both = [i for i in ids if i in orders and i in rejected]
-    unknown = [i for i in orders if i not in set(ids)]
-    expected_sold = min(stock, users)
+    def wait_drained(self, progress: Progress, what: str, need_decided: int = 0) -> bool:
+        """Until the queue is empty and MySQL has decided at least ``need_decided`` orders."""
+        task = progress.add_task(what, total=need_decided or None)
+        deadline = time.monotonic() + self.args.drain_timeout
+        while time.monotonic() < deadline:
+            confirmed, failed = decided(self.db, self.voucher_id)
+            progress.update(task, completed=confirmed + failed)
+            if confirmed + failed >= need_decided and queue_depth(self.sqs, self.queue_url) == 0:
+                progress.update(task, total=confirmed + failed)
+                return True
+            time.sleep(0.25)
+        return False
 
-    # The status route must agree with the database for every order a client holds.
-    statuses = Counter()
-    for p in accepted:
-        response = http.request(
-            "GET", f"{api_url}/voucher-order/{p.order_id}", headers={"authorization": tokens[p.user_id]}
+    def replay_dlq(self) -> tuple[int, int]:
+        """Run the operator's replay command; returns (DLQ depth before, after)."""
+        before = queue_depth(self.sqs, self.dlq_url)
+        if before:
+            command = [
+                sys.executable,
+                str(ROOT / "scripts" / "dlq_replay.py"),
+                "--queue-url",
+                self.queue_url,
+                "--dlq-url",
+                self.dlq_url,
+                "--yes",
+            ]
+            env = {**os.environ, "AWS_ENDPOINT_URL_SQS": self.stack.sqs_endpoint}
+            with (self.workdir / "dlq_replay.log").open("ab") as log:
+                subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)  # noqa: S603
+        return before, queue_depth(self.sqs, self.dlq_url)
+
+    def reconcile(self) -> dict[str, int]:
+        scripts = Scripts.register(self.redis)
+        result = reconcile(
+            self.db,
+            Gate(self.redis, scripts),
+            scripts,
+            OrderQueue(self.sqs, self.queue_url),
+            drained=queue_drained(self.sqs, self.queue_url),
+            pending_age=timedelta(0),  # the sale is over: no request is still in flight
+            voucher_ids=[self.voucher_id],
         )
-        statuses[json.loads(response.data)["data"]["status"] if response.status == 200 else str(response.status)] += 1
+        return result.totals()
 
+    def redeliver(self, presses: list[Press]) -> int:
+        """Send every accepted order once more, as SQS may: MySQL must not change."""
+        bodies = [
+            OrderMessage(int(p.order_id), p.user_id, self.voucher_id, datetime.now(UTC)).to_json()
+            for p in presses
+            if p.status == 202 and p.order_id
+        ]
+        for start in range(0, len(bodies), 10):
+            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+            self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        return len(bodies)
+
+    def statuses(self, presses: list[Press], tokens: dict[int, str]) -> Counter[str]:
+        """What the status route says of every order id a client holds."""
+        seen: Counter[str] = Counter()
+        for p in presses:
+            if p.status != 202:
+                continue
+            url = f"{self.stack.api_url}/voucher-order/{p.order_id}"
+            response = self.http.request("GET", url, headers={"authorization": tokens[p.user_id]})
+            seen[json.loads(response.data)["data"]["status"] if response.status == 200 else str(response.status)] += 1
+        return seen
+
+
+def create_voucher(sale: Sale) -> int:
+    now = datetime.now(UTC)
+    body = {
+        "shopId": sale.args.shop_id,
+        "title": f"flash sale {now:%H:%M:%S}",
+        "subTitle": "local run",
+        "rules": "one per user",
+        "payValue": 8000,
+        "actualValue": 10000,
+        "type": 1,
+        "stock": sale.args.stock,
+        "beginTime": (now - timedelta(seconds=5)).isoformat(),
+        "endTime": (now + timedelta(hours=1)).isoformat(),
+    }
+    response = signed_post(sale.http, f"{sale.stack.api_url}/voucher/seckill", body)
+    if response.status != 201:
+        raise RuntimeError(f"creating the voucher failed: {response.status} {response.data.decode()}")
+    return int(json.loads(response.data)["data"])
+
+
+def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
+    """Kill Redis mid-sale and bring it back empty; then what operations would do:
+    sessions come back as users log in again, and recovery rebuilds the vouchers."""
+    assert sale.private_redis is not None
+    sale.private_redis.kill()
+    chaos.record(sale.chaos_log, "redis-restart")
+    time.sleep(1.0)
+    sale.private_redis.start()
+    store_tokens(sale.redis, tokens, ttl_seconds=3600)
+    time.sleep(0.5)  # a scheduled reconciler would notice within its period
+    for attempt in range(5):  # the connection killer may hit this run's own connections too
+        try:
+            rebuilt = rebuild(sale.db, sale.redis, Scripts.register(sale.redis))
+            break
+        except pymysql.Error:
+            sale.db.close()
+            time.sleep(0.2 * (attempt + 1))
+    else:
+        raise RuntimeError("could not rebuild Redis after the restart")
+    chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=sum(r.applied for r in rebuilt))
+
+
+def fire_with_chaos(
+    sale: Sale, tokens: dict[int, str], progress: Progress, creds: Credentials
+) -> tuple[list[Press], float]:
+    args = sale.args
+    for body in MALFORMED:
+        sale.sqs.send_message(QueueUrl=sale.queue_url, MessageBody=body)
+        chaos.record(sale.chaos_log, "malformed-message", body=body)
+    restart_at = int(len(tokens) * args.presses * 0.4)
+    trigger = threading.Event()
+    restarter = threading.Thread(target=lambda: trigger.wait() and restart_redis(sale, tokens), daemon=True)
+    restarter.start()
+    spare = {sale.db.connection().thread_id()}
+    with chaos.ConnectionKiller(creds, sale.chaos_log, interval=0.5, share=0.5, spare=spare):
+        result = fire(
+            sale.http,
+            sale.stack.api_url,
+            sale.voucher_id,
+            tokens,
+            args.presses,
+            args.concurrency,
+            progress,
+            on_press=lambda done: done == restart_at and trigger.set(),
+        )
+        trigger.set()
+        restarter.join()
+    return result
+
+
+def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], dlq: tuple[int, int]) -> list[Fault]:
+    injected = Counter(line["fault"] for line in chaos.read_log(sale.chaos_log))
+    statuses = Counter(p.status for p in presses)
+    rebuilt = sum(
+        line.get("vouchers", 0) for line in chaos.read_log(sale.chaos_log) if line["fault"] == "redis-rebuilt"
+    )
     return [
-        Check(
-            "never oversold",
-            len(orders) <= stock and redis_stock >= 0 and mysql_stock >= 0,
-            f"{len(orders)} confirmed of stock {stock}; Redis stock {redis_stock}, MySQL stock {mysql_stock}",
+        Fault(
+            "SQS send refused",
+            injected["sqs-send-failure"],
+            "reservation released, client told 503 TRY_AGAIN",
+            f"{statuses[503]} answers 503",
         ),
-        Check(
-            "sold exactly the stock",
-            len(accepted) == expected_sold and len(orders) == expected_sold,
-            f"{len(accepted)} accepted, {len(orders)} confirmed, expected {expected_sold}",
+        Fault(
+            "API container crashed after the gate, before the send",
+            injected["api-crash-before-send"],
+            "pending mark re-queued or released by reconciliation",
+            f"re-queued {reconciled.get('requeued', 0)}, released {reconciled.get('released', 0)}; "
+            f"{statuses[500]} answers 500",
         ),
-        Check(
-            "one order per user",
-            max(per_user.values(), default=0) <= 1 and max(winners.values(), default=0) <= 1,
-            f"max orders per user {max(per_user.values(), default=0)}, max 202s per user "
-            f"{max(winners.values(), default=0)}",
+        Fault(
+            "persister crashed mid-batch",
+            injected["persister-crash-mid-batch"],
+            "batch redelivered after the visibility timeout; idempotent on order id",
+            "see invariants",
         ),
-        Check(
-            "every 202 decided, none lost, none both",
-            not missing and not both and len(set(ids)) == len(ids),
-            f"{len(missing)} lost, {len(both)} both confirmed and failed, {len(ids) - len(set(ids))} duplicate ids",
+        Fault(
+            "MySQL connection killed",
+            injected["mysql-connection-killed"],
+            "transaction rolled back, batch item failure, SQS retried (DLQ + replay past maxReceiveCount)",
+            f"DLQ held {dlq[0]} before replay",
         ),
-        Check("no order without a 202", not unknown, f"{len(unknown)} orders in MySQL nobody was told about"),
-        Check("no reservation left pending", pending == 0, f"{pending} pending marks in Redis"),
-        Check("Redis stock equals MySQL stock", redis_stock == mysql_stock, f"{redis_stock} vs {mysql_stock}"),
-        Check(
-            "status route agrees",
-            statuses.get("CONFIRMED", 0) == len(orders) and sum(statuses.values()) == len(ids),
-            ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) or "no orders",
+        Fault(
+            "malformed message",
+            injected["malformed-message"],
+            "batch item failure until maxReceiveCount, dead-lettered, left in the DLQ by the replay",
+            f"DLQ holds {dlq[1]} after replay",
+        ),
+        Fault(
+            "Redis restarted empty mid-sale",
+            injected["redis-restart"],
+            "503 while down, vouchers rebuilt from MySQL, over-accepted orders refused by MySQL (FAILED)",
+            f"{rebuilt} voucher(s) rebuilt; {statuses[503]} answers 503, {statuses[404]} answers 404",
         ),
     ]
 
 
-def redeliver(sqs: Any, queue_url: str, presses: list[Press], voucher_id: int) -> int:
-    """Send every accepted order once more, as SQS may: the database must not change."""
-    sent = 0
-    messages = [
-        OrderMessage(int(p.order_id), p.user_id, voucher_id, datetime.now(UTC)).to_json()
-        for p in presses
-        if p.status == 202 and p.order_id
-    ]
-    for start in range(0, len(messages), 10):
-        chunk = messages[start : start + 10]
-        sqs.send_message_batch(
-            QueueUrl=queue_url, Entries=[{"Id": str(i), "MessageBody": b} for i, b in enumerate(chunk)]
+def run(args: argparse.Namespace) -> int:
+    os.environ.update({k: v for k, v in LOCAL_AWS.items() if k not in os.environ})
+    creds = Credentials(args.db_host, args.db_port, args.db_user, args.db_password, args.db_name)
+    if args.chaos and not shutil.which("redis-server"):
+        console.print("[bold red]--chaos restarts a Redis of its own: redis-server must be installed")
+        return 2
+    problem = preflight(Settings.from_env({**os.environ, "REDIS_URL": args.redis_url}), creds)
+    if problem:
+        console.print(f"[bold red]{problem}")
+        return 2
+    migrate(creds)
+    console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
+    with workdir(args.logs) as tmp:
+        private = chaos.PrivateRedis(tmp, free_port()) if args.chaos else None
+        redis_url = args.redis_url
+        if private is not None:
+            private.start()
+            redis_url = private.url
+            console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
+        chaos_log = tmp / "chaos.jsonl"
+        chaos_log.unlink(missing_ok=True)  # a kept --logs folder may hold an earlier run's
+        parameters = {
+            "REDIS_URL": redis_url,
+            "DB_HOST": creds.host,
+            "DB_PORT": str(creds.port),
+            "DB_NAME": creds.database,
+            "DB_USER": creds.user,
+            "DB_PASSWORD": creds.password,
+            "DB_SECRET_ARN": "",
+            **LOCAL_AWS,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+        }
+        env_vars: dict[str, Any] = {"Parameters": parameters}
+        if args.chaos:
+            for function, faults in CHAOS.items():
+                env_vars[function] = {chaos.ENV: json.dumps({**faults, "log": str(chaos_log)})}
+        stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
+        redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
+        http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
+        sale = Sale(args, stack, redis, Database(creds), tmp, private, chaos_log, http)
+        try:
+            with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
+                stack.start()
+            console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
+            return run_sale(sale, creds)
+        finally:
+            stack.stop()
+            if private is not None:
+                private.kill()
+
+
+def run_sale(sale: Sale, creds: Credentials) -> int:
+    args = sale.args
+    sale.voucher_id = create_voucher(sale)
+    tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=3600)
+    console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
+    sale.sqs = sqs_client(sale.stack.sqs_endpoint)
+    sale.queue_url = sale.sqs.get_queue_url(QueueName="OrderQueue")["QueueUrl"]
+    sale.dlq_url = sale.sqs.get_queue_url(QueueName="OrderDeadLetterQueue")["QueueUrl"]
+
+    columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        if args.chaos:
+            presses, wall = fire_with_chaos(sale, tokens, progress, creds)
+        else:
+            presses, wall = fire(
+                sale.http, sale.stack.api_url, sale.voucher_id, tokens, args.presses, args.concurrency, progress
+            )
+        accepted = sum(p.status == 202 for p in presses)
+        drained = sale.wait_drained(progress, "draining the queue")
+        dlq = sale.replay_dlq()
+        drained = drained and sale.wait_drained(progress, "draining the replay")
+        reconciled = Counter(sale.reconcile())
+        drained = drained and sale.wait_drained(progress, "persisting orders", need_decided=accepted)
+        reconciled.update(sale.reconcile())  # clears what the first pass re-queued, repairs drift
+        before = decided(sale.db, sale.voucher_id)
+        redelivered = sale.redeliver(presses)
+        drained = drained and sale.wait_drained(progress, "re-delivered", need_decided=accepted)
+    after = decided(sale.db, sale.voucher_id)
+
+    outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
+    crashes = Counter(line["fault"] for line in chaos.read_log(sale.chaos_log))["api-crash-before-send"]
+    checks = check_invariants(
+        outcome,
+        presses,
+        sale.statuses(presses, tokens),
+        stock=args.stock,
+        users=args.users,
+        crashed_requests=crashes if args.chaos else None,
+    )
+    checks.insert(0, Check("queue drained", drained, f"within {args.drain_timeout:.0f} s per phase"))
+    checks.append(
+        Check(
+            "re-delivery changes nothing",
+            before == after,
+            f"{redelivered} re-sent; (confirmed, failed) {before} -> {after}",
         )
-        sent += len(chunk)
-    return sent
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        return {"p50": values[0] if values else 0.0, "p95": 0.0, "p99": 0.0, "max": max(values, default=0.0)}
-    q = statistics.quantiles(values, n=100, method="inclusive")
-    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": max(values)}
-
-
-def render(report: Report) -> None:
-    out = Console()
-    table = Table(
-        title=f"Flash sale: voucher {report.voucher_id}, stock {report.stock}, "
-        f"{report.users:,} users x {report.presses_per_user} presses",
-        show_header=False,
     )
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_row("requests", f"{report.requests:,}")
-    table.add_row("accepted (202)", f"{report.accepted:,}")
-    for code, count in sorted(report.refusals.items()):
-        table.add_row(f"refused {code}", f"{count:,}")
-    table.add_row("errors (5xx, network)", f"{report.errors:,}")
-    table.add_row("orders in MySQL: confirmed", f"{report.confirmed:,}")
-    table.add_row(
-        "orders in MySQL: failed",
-        f"{report.failed:,}"
-        + (f" ({', '.join(f'{k} {v}' for k, v in report.failed_reasons.items())})" if report.failed_reasons else ""),
+    if args.chaos:
+        checks.append(
+            Check(
+                "DLQ holds only malformed messages",
+                dlq[1] == len(MALFORMED),
+                f"{dlq[1]} left of {dlq[0]}; {len(MALFORMED)} malformed injected",
+            )
+        )
+    with sale.db.transaction() as cursor:
+        cursor.execute(
+            "SELECT reason, COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s GROUP BY reason",
+            (sale.voucher_id,),
+        )
+        failed_reasons = {r["reason"]: int(r["n"]) for r in cursor.fetchall()}
+    report = Report(
+        voucher_id=sale.voucher_id,
+        users=args.users,
+        stock=args.stock,
+        presses_per_user=args.presses,
+        requests=len(presses),
+        accepted=accepted,
+        refusals=dict(Counter(p.code or str(p.status) for p in presses if 400 <= p.status < 500)),
+        errors=sum(p.status == 0 or p.status >= 500 for p in presses),
+        wall_seconds=wall,
+        throughput_rps=len(presses) / wall if wall else 0.0,
+        latency_ms=percentiles([p.latency_ms for p in presses]),
+        confirmed=after[0],
+        failed=after[1],
+        failed_reasons=failed_reasons,
+        redis_stock=outcome.redis_stock,
+        mysql_stock=outcome.mysql_stock,
+        redelivered=redelivered,
+        reconciliation=dict(reconciled),
+        checks=checks,
+        faults=faults_table(sale, presses, reconciled, dlq) if args.chaos else [],
     )
-    table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
-    table.add_row("Redis stock / MySQL stock", f"{report.redis_stock} / {report.mysql_stock}")
-    table.add_row("throughput", f"{report.throughput_rps:,.0f} req/s over {report.wall_seconds:.2f} s")
-    lat = report.latency_ms
-    table.add_row(
-        "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
-    )
-    out.print(table)
-    checks = Table(title="Invariants (SPEC §6)")
-    checks.add_column("")
-    checks.add_column("invariant")
-    checks.add_column("evidence")
-    for c in report.checks:
-        checks.add_row("[green]PASS[/]" if c.ok else "[red]FAIL[/]", c.name, c.detail)
-    out.print(checks)
-    out.print("[bold green]All invariants hold.[/]" if report.ok else "[bold red]Invariants violated.[/]")
+    render(report)
+    if args.json:
+        args.json.write_text(json.dumps(asdict(report) | {"ok": report.ok}, indent=2), encoding="utf-8")
+    return 0 if report.ok else 1
 
 
 @contextmanager
@@ -391,126 +475,6 @@ def workdir(keep: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def run(args: argparse.Namespace) -> int:
-    os.environ.update({k: v for k, v in LOCAL_AWS.items() if k not in os.environ})
-    settings = Settings.from_env({**os.environ, "REDIS_URL": args.redis_url})
-    creds = Credentials(args.db_host, args.db_port, args.db_user, args.db_password, args.db_name)
-    problem = preflight(settings, creds)
-    if problem:
-        console.print(f"[bold red]{problem}")
-        return 2
-    migrate(creds)
-    console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
-    redis, db = redis_client(settings), Database(creds)
-    env_vars = {
-        "Parameters": {
-            "REDIS_URL": args.redis_url,
-            "DB_HOST": creds.host,
-            "DB_PORT": str(creds.port),
-            "DB_NAME": creds.database,
-            "DB_USER": creds.user,
-            "DB_PASSWORD": creds.password,
-            "DB_SECRET_ARN": "",
-            **LOCAL_AWS,
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_METRICS_DISABLED": "true",
-            "POWERTOOLS_LOG_LEVEL": "WARNING",
-        }
-    }
-    with workdir(args.logs) as tmp:
-        stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=10)
-        try:
-            with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
-                stack.start()
-            console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
-            return sale(args, stack, redis, db)
-        finally:
-            stack.stop()
-
-
-def sale(args: argparse.Namespace, stack: LocalStack, redis: Any, db: Database) -> int:
-    http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-    now = datetime.now(UTC)
-    body = {
-        "shopId": args.shop_id,
-        "title": f"flash sale {now:%H:%M:%S}",
-        "subTitle": "local run",
-        "rules": "one per user",
-        "payValue": 8000,
-        "actualValue": 10000,
-        "type": 1,
-        "stock": args.stock,
-        "beginTime": (now - timedelta(seconds=5)).isoformat(),
-        "endTime": (now + timedelta(hours=1)).isoformat(),
-    }
-    response = signed_post(http, f"{stack.api_url}/voucher/seckill", body)
-    if response.status != 201:
-        console.print(f"[red]creating the voucher failed: {response.status} {response.data.decode()}")
-        return 1
-    voucher_id = int(json.loads(response.data)["data"])
-    tokens = mint_tokens(redis, range(args.first_user, args.first_user + args.users), ttl_seconds=3600)
-    console.print(f"voucher {voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
-
-    sqs = sqs_client(stack.sqs_endpoint)
-    queue_url = sqs.get_queue_url(QueueName="OrderQueue")["QueueUrl"]
-    columns = (TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        presses, wall = fire(http, stack.api_url, voucher_id, tokens, args.presses, args.concurrency, progress)
-        accepted = sum(p.status == 202 for p in presses)
-        drained = wait_drained(db, sqs, queue_url, voucher_id, accepted, args.drain_timeout, progress)
-        before = decided(db, voucher_id)
-        redelivered = redeliver(sqs, queue_url, presses, voucher_id) if drained else 0
-        if redelivered:
-            drained = wait_drained(
-                db, sqs, queue_url, voucher_id, accepted, args.drain_timeout, progress, "re-delivered"
-            )
-    after = decided(db, voucher_id)
-
-    checks = check_invariants(db, redis, http, stack.api_url, voucher_id, args.stock, args.users, presses, tokens)
-    checks.insert(0, Check("queue drained", drained, f"within {args.drain_timeout:.0f} s"))
-    checks.append(
-        Check(
-            "re-delivery changes nothing",
-            before == after,
-            f"{redelivered} re-sent; (confirmed, failed) {before} -> {after}",
-        )
-    )
-    refusals = Counter(p.code or str(p.status) for p in presses if 400 <= p.status < 500)
-    errors = sum(p.status == 0 or p.status >= 500 for p in presses)
-    with db.transaction() as cursor:
-        cursor.execute(
-            "SELECT reason, COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s GROUP BY reason",
-            (voucher_id,),
-        )
-        failed_reasons = {r["reason"]: int(r["n"]) for r in cursor.fetchall()}
-        cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
-        mysql_stock = int(cursor.fetchone()["stock"])
-    report = Report(
-        voucher_id=voucher_id,
-        users=args.users,
-        stock=args.stock,
-        presses_per_user=args.presses,
-        requests=len(presses),
-        accepted=accepted,
-        refusals=dict(refusals),
-        errors=errors,
-        wall_seconds=wall,
-        throughput_rps=len(presses) / wall if wall else 0.0,
-        latency_ms=percentiles([p.latency_ms for p in presses]),
-        confirmed=after[0],
-        failed=after[1],
-        failed_reasons=failed_reasons,
-        redis_stock=int(redis.get(keys.stock(voucher_id))),
-        mysql_stock=mysql_stock,
-        redelivered=redelivered,
-        checks=checks,
-    )
-    render(report)
-    if args.json:
-        args.json.write_text(json.dumps(asdict(report) | {"ok": report.ok}, indent=2), encoding="utf-8")
-    return 0 if report.ok else 1
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="seckill-flash-sale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -520,9 +484,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--presses", type=int, default=3, help="presses per user (default %(default)s)")
     p.add_argument("--concurrency", type=int, default=64, help="requests in flight at once (default %(default)s)")
     p.add_argument("--containers", type=int, default=4, help="warm API function containers (default %(default)s)")
+    p.add_argument(
+        "--chaos",
+        action="store_true",
+        help="inject every fault: SQS sends refused, API crashes after the gate, persister crashes "
+        "mid-batch, MySQL connections killed, malformed messages, Redis restarted empty mid-sale",
+    )
     p.add_argument("--shop-id", type=int, default=1, help="shop the voucher belongs to (default %(default)s)")
     p.add_argument("--first-user", type=int, default=1, help="first user id (default %(default)s)")
-    p.add_argument("--drain-timeout", type=float, default=120, help="seconds to wait for the queue (default 120)")
+    p.add_argument("--drain-timeout", type=float, default=120, help="seconds to wait per drain phase (default 120)")
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--db-host", default=os.environ.get("DB_HOST", "127.0.0.1"))
     p.add_argument("--db-port", type=int, default=int(os.environ.get("DB_PORT", "3306")))

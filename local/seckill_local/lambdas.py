@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import queue
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -118,10 +120,9 @@ def _warm(_: int) -> int:
 
 
 class FunctionPool:
-    """Warm containers of one function, in separate processes.
-
-    A container that dies (a crash, an ``os._exit``) fails the invocations it
-    was running, and the pool starts fresh containers, as Lambda would.
+    """Warm containers of one function, each a process of its own serving one
+    invocation at a time. A container that dies (a crash, an ``os._exit``) fails
+    only the invocation it was running and is replaced by a fresh one, as on Lambda.
     """
 
     def __init__(self, fn: Function, env: dict[str, str], containers: int) -> None:
@@ -129,39 +130,52 @@ class FunctionPool:
         self.env = env
         self.containers = containers
         self.restarts = 0
+        self._idle: queue.Queue[ProcessPoolExecutor] = queue.Queue()
+        self._all: set[ProcessPoolExecutor] = set()
         self._lock = threading.Lock()
-        self._executor = self._new_executor()
+        for _ in range(containers):
+            self._idle.put(self._new_container())
 
-    def _new_executor(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=self.containers,
-            mp_context=get_context("spawn"),
-            initializer=_start_worker,
-            initargs=(self.fn, self.env),
+    def _new_container(self) -> ProcessPoolExecutor:
+        container = ProcessPoolExecutor(
+            max_workers=1, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(self.fn, self.env)
         )
+        with self._lock:
+            self._all.add(container)
+        return container
 
     def warm(self) -> None:
         """Start every container now, so the first requests do not pay the cold start."""
-        list(self._executor.map(_warm, range(self.containers * 2)))
+        with self._lock:
+            containers = list(self._all)
+        for future in [c.submit(_warm, 0) for c in containers]:
+            future.result()
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        executor = self._executor
+        container = self._idle.get()
         try:
-            return executor.submit(_invoke_in_worker, event).result(timeout=self.fn.timeout + 5)
-        except BrokenProcessPool:
-            self._replace(executor)
-            raise
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._executor is broken:
-                broken.shutdown(wait=False, cancel_futures=True)
-                self._executor = self._new_executor()
+            return container.submit(_invoke_in_worker, event).result(timeout=self.fn.timeout + 5)
+        except (BrokenProcessPool, FutureTimeout):
+            # Died, or ran past its timeout (Lambda stops such a container too).
+            with self._lock:
+                self._all.discard(container)
                 self.restarts += 1
+            _stop(container)
+            container = self._new_container()
+            raise
+        finally:
+            self._idle.put(container)
 
     def close(self) -> None:
-        processes = list((getattr(self._executor, "_processes", None) or {}).values())
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        # A container stuck in a handler must not outlive the runner.
-        for process in processes:
-            process.terminate()
+        with self._lock:
+            containers = list(self._all)
+        for container in containers:
+            _stop(container)
+
+
+def _stop(container: ProcessPoolExecutor) -> None:
+    processes = list((getattr(container, "_processes", None) or {}).values())
+    container.shutdown(wait=False, cancel_futures=True)
+    # A container stuck in a handler must not outlive the runner.
+    for process in processes:
+        process.terminate()

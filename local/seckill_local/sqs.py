@@ -27,7 +27,7 @@ def sqs_client(endpoint: str) -> Any:
 def ensure_queues(
     sqs: Any, template: Template, *, prefix: str = "", visibility_timeout: int | None = None
 ) -> dict[str, str]:
-    """Create (or find) every AWS::SQS::Queue of the template, named ``<prefix><LogicalId>``,
+    """Create (or find, leaving it as it is) every AWS::SQS::Queue of the template, named ``<prefix><LogicalId>``,
     with its visibility timeout, retention and redrive policy. Returns logical id -> URL.
 
     The redrive itself is the queue's own (moto moves a message to the DLQ after
@@ -57,8 +57,9 @@ def ensure_queues(
         name = f"{prefix}{logical_id}"
         try:
             url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-            if attributes:
-                sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+            # Found: it is whoever created it's queue; only an explicit override changes it.
+            if visibility_timeout is not None:
+                sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": str(visibility_timeout)})
         except sqs.exceptions.QueueDoesNotExist:
             url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
         urls[logical_id] = url

@@ -1,0 +1,226 @@
+"""The main job's report: what happened, and whether SPEC §6's invariants hold."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from seckill import keys
+from seckill.db import Database
+
+
+@dataclass
+class Press:
+    """One button press as the client saw it."""
+
+    user_id: int
+    status: int
+    code: str | None
+    order_id: str | None
+    latency_ms: float
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Fault:
+    """A kind of fault injected by a chaos run, and what absorbed it."""
+
+    fault: str
+    injected: int
+    absorbed_by: str
+    evidence: str
+
+
+@dataclass
+class Report:
+    voucher_id: int
+    users: int
+    stock: int
+    presses_per_user: int
+    requests: int
+    accepted: int
+    refusals: dict[str, int]
+    errors: int
+    wall_seconds: float
+    throughput_rps: float
+    latency_ms: dict[str, float]
+    confirmed: int
+    failed: int
+    failed_reasons: dict[str, int]
+    redis_stock: int | None
+    mysql_stock: int | None
+    redelivered: int
+    reconciliation: dict[str, int]
+    checks: list[Check] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {"p50": values[0] if values else 0.0, "p95": 0.0, "p99": 0.0, "max": max(values, default=0.0)}
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": max(values)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What MySQL and Redis hold for the voucher once everything has settled."""
+
+    orders: dict[int, int]  # order id -> user id
+    rejected: set[int]
+    mysql_stock: int
+    redis_stock: int
+    pending: int
+
+    @classmethod
+    def read(cls, db: Database, redis: Any, voucher_id: int) -> Outcome:
+        with db.transaction() as cursor:
+            cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
+            orders = {int(r["id"]): int(r["user_id"]) for r in cursor.fetchall()}
+            cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
+            rejected = {int(r["order_id"]) for r in cursor.fetchall()}
+            cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
+            mysql_stock = int(cursor.fetchone()["stock"])
+        return cls(
+            orders, rejected, mysql_stock, int(redis.get(keys.stock(voucher_id))), redis.hlen(keys.pending(voucher_id))
+        )
+
+
+def check_invariants(
+    outcome: Outcome,
+    presses: list[Press],
+    statuses: Counter[str],
+    *,
+    stock: int,
+    users: int,
+    crashed_requests: int | None,
+) -> list[Check]:
+    """SPEC §6, from the clients' answers and the stores' final state.
+
+    ``crashed_requests`` is None in a clean run; in a chaos run it is the number
+    of requests whose container died after the gate, whose orders reconciliation
+    may legitimately have re-queued although no client got a 202 for them.
+    """
+    accepted = [p for p in presses if p.status == 202]
+    ids = [int(p.order_id or 0) for p in accepted]
+    id_set = set(ids)
+    orders, rejected = outcome.orders, outcome.rejected
+    per_user = Counter(orders.values())
+    winners = Counter(p.user_id for p in accepted)
+    missing = [i for i in ids if i not in orders and i not in rejected]
+    both = [i for i in orders if i in rejected]
+    unannounced = [i for i in orders if i not in id_set]
+    confirmed_202 = sum(i in orders for i in id_set)
+    max_orders = max(per_user.values(), default=0)
+    max_202s = max(winners.values(), default=0)
+    chaos = crashed_requests is not None
+
+    checks = [
+        Check(
+            "never oversold",
+            len(orders) <= stock and outcome.redis_stock >= 0 and outcome.mysql_stock >= 0,
+            f"{len(orders)} confirmed of stock {stock}; Redis stock {outcome.redis_stock}, "
+            f"MySQL stock {outcome.mysql_stock}",
+        ),
+        Check(
+            "one order per user",
+            max_orders <= 1 and (chaos or max_202s <= 1),
+            f"max orders per user {max_orders}, max 202s per user {max_202s}",
+        ),
+        Check(
+            "every 202 decided, none lost, none both",
+            not missing and not both and len(id_set) == len(ids),
+            f"{len(missing)} lost, {len(both)} both confirmed and failed, {len(ids) - len(id_set)} duplicate ids",
+        ),
+        Check(
+            "no order nobody was promised",
+            len(unannounced) <= (crashed_requests or 0),
+            f"{len(unannounced)} orders without a 202"
+            + (f" (at most {crashed_requests} requests crashed after the gate)" if chaos else ""),
+        ),
+        Check("no reservation left pending", outcome.pending == 0, f"{outcome.pending} pending marks in Redis"),
+        Check(
+            "Redis stock equals MySQL stock",
+            outcome.redis_stock == outcome.mysql_stock,
+            f"{outcome.redis_stock} vs {outcome.mysql_stock}",
+        ),
+        Check(
+            "status route agrees",
+            statuses.get("CONFIRMED", 0) == confirmed_202
+            and statuses.get("CONFIRMED", 0) + statuses.get("FAILED", 0) == len(id_set),
+            ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) or "no orders",
+        ),
+    ]
+    if not chaos:
+        expected = min(stock, users)
+        checks.insert(
+            1,
+            Check(
+                "sold exactly the stock",
+                len(accepted) == expected and len(orders) == expected,
+                f"{len(accepted)} accepted, {len(orders)} confirmed, expected {expected}",
+            ),
+        )
+    return checks
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    out = console or Console()
+    table = Table(
+        title=f"Flash sale: voucher {report.voucher_id}, stock {report.stock}, "
+        f"{report.users:,} users x {report.presses_per_user} presses",
+        show_header=False,
+    )
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("requests", f"{report.requests:,}")
+    table.add_row("accepted (202)", f"{report.accepted:,}")
+    for code, count in sorted(report.refusals.items()):
+        table.add_row(f"refused {code}", f"{count:,}")
+    table.add_row("errors (5xx, network)", f"{report.errors:,}")
+    table.add_row("orders in MySQL: confirmed", f"{report.confirmed:,}")
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(report.failed_reasons.items()))
+    table.add_row("orders in MySQL: failed", f"{report.failed:,}" + (f" ({reasons})" if reasons else ""))
+    rec = report.reconciliation
+    table.add_row(
+        "reconciliation",
+        f"re-queued {rec.get('requeued', 0)}, released {rec.get('released', 0)}, repaired {rec.get('repaired', 0)}",
+    )
+    table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
+    table.add_row("Redis stock / MySQL stock", f"{report.redis_stock} / {report.mysql_stock}")
+    table.add_row("throughput", f"{report.throughput_rps:,.0f} req/s over {report.wall_seconds:.2f} s")
+    lat = report.latency_ms
+    table.add_row(
+        "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
+    )
+    out.print(table)
+    if report.faults:
+        faults = Table(title="Faults injected")
+        for column in ("fault", "injected", "absorbed by", "evidence"):
+            faults.add_column(column, justify="right" if column == "injected" else "left")
+        for f in report.faults:
+            faults.add_row(f.fault, f"{f.injected:,}", f.absorbed_by, f.evidence)
+        out.print(faults)
+    checks = Table(title="Invariants (SPEC §6)")
+    checks.add_column("")
+    checks.add_column("invariant")
+    checks.add_column("evidence")
+    for c in report.checks:
+        checks.add_row("[green]PASS[/]" if c.ok else "[red]FAIL[/]", c.name, c.detail)
+    out.print(checks)
+    out.print("[bold green]All invariants hold.[/]" if report.ok else "[bold red]Invariants violated.[/]")
