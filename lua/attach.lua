@@ -1,14 +1,19 @@
 -- Records the order id on a reservation, if the reservation is still this request's.
 -- KEYS[1] seckill:pending:{v}
 -- ARGV[1] user id, ARGV[2] request token, ARGV[3] order id
--- Returns 1 when attached, 0 when the reservation is gone or belongs to another request.
+-- Returns 1 when attached (or already attached to this id), 0 when the reservation is gone,
+-- belongs to another request or carries another order id.
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then
   return 0
 end
 local accepted, token, order_id = string.match(value, '^(%d+):([^:]+):?(%d*)$')
-if token ~= ARGV[2] or order_id ~= '' then
+if token ~= ARGV[2] then
   return 0
+end
+if order_id ~= '' then
+  -- Attached already: true for a retry of the same call, false for any other id.
+  return order_id == ARGV[3] and 1 or 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], accepted .. ':' .. token .. ':' .. ARGV[3])
 return 1

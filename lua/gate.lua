@@ -14,6 +14,15 @@ if not stock or not begin_ms or not end_ms then
   return {1, 0}
 end
 
+-- A retry of this very request (its reply was lost on the way) gets the same answer.
+local mine = redis.call('HGET', KEYS[4], ARGV[1])
+if mine then
+  local accepted, token = string.match(mine, '^(%d+):([^:]+)')
+  if token == ARGV[2] then
+    return {0, tonumber(accepted)}
+  end
+end
+
 -- The Redis server's clock, so every function instance judges the window alike.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

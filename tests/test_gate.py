@@ -172,6 +172,17 @@ def test_unknown_voucher_is_voucher_not_found(gate: Gate, v: Vouchers) -> None:
     assert refused(gate, v.new_id(), user()).code == "VOUCHER_NOT_FOUND"
 
 
+def test_unknown_voucher_after_redis_lost_its_data_is_try_again_not_404(gate: Gate, v: Vouchers, redis: Any) -> None:
+    """Until vouchers are rebuilt, "not found" may be false: the client is told to retry."""
+    redis.delete(keys.loaded())
+    try:
+        error = refused(gate, v.new_id(), user())
+        assert (error.status, error.code) == (503, "TRY_AGAIN")
+    finally:
+        redis.set(keys.loaded(), 1)
+    assert refused(gate, v.new_id(), user()).code == "VOUCHER_NOT_FOUND"
+
+
 def test_non_numeric_stock_is_voucher_not_found(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=None)
     redis.set(stock_key(voucher_id), "garbage")
@@ -280,9 +291,25 @@ def test_attach_writes_the_order_id_once_and_only_for_the_same_token(gate: Gate,
     assert gate.attach(reservation, 222) == 1
     assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
 
-    # Once only: a second attach, even by the same request, changes nothing.
+    # Once only: another id, even from the same request, changes nothing...
     assert gate.attach(reservation, 333) == 0
     assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
+    # ...while a retry of the same call (its reply lost) is answered as the first was.
+    assert gate.attach(reservation, 222) == 1
+    assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
+
+
+def test_a_retried_gate_call_gets_its_own_reservation_back_not_duplicate(gate: Gate, v: Vouchers) -> None:
+    """redis-py retries a command whose reply timed out: the retry must not be refused as
+    DUPLICATE_ORDER by the reservation the first attempt made, nor take a second unit."""
+    voucher_id = v.make(stock=2)
+    first = gate.reserve(voucher_id, BUYER, "request-1")
+    again = gate.reserve(voucher_id, BUYER, "request-1")
+    assert again == first
+    assert v.stock(voucher_id) == 1
+    # Another request of the same user is still a duplicate.
+    assert refused(gate, voucher_id, BUYER).code == "DUPLICATE_ORDER"
+    assert v.stock(voucher_id) == 1
 
 
 def test_attach_without_a_reservation_writes_nothing(gate: Gate, v: Vouchers) -> None:

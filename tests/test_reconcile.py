@@ -208,8 +208,9 @@ def test_queue_drained_reads_the_queue(sqs: Any, queue: OrderQueue) -> None:
 
 
 def lose_redis_state(redis: Any, voucher_id: int) -> None:
-    """What a restart without persistence does to a voucher."""
+    """What a restart without persistence does to a voucher (and to the loaded mark)."""
     redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+    redis.delete(keys.loaded())
 
 
 def test_redis_flushed_mid_sale_then_rebuilt(
@@ -224,11 +225,13 @@ def test_redis_flushed_mid_sale_then_rebuilt(
         persist_order(db, gate, message)
 
     lose_redis_state(redis, voucher_id)
+    # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
     with pytest.raises(SeckillError) as refused:
         gate.reserve(voucher_id, user(), uuid.uuid4().hex)
-    assert refused.value.code == "VOUCHER_NOT_FOUND"
+    assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
 
     rebuilt = [r for r in rebuild(db, redis, scripts) if r.voucher_id == voucher_id]
+    assert redis.exists(keys.loaded())
     assert rebuilt
     assert rebuilt[0].applied
     assert rebuilt[0].expected_stock == 6

@@ -152,9 +152,11 @@ def seckill_voucher(shop_id: int = 1, stock: int = 25, title: str = "flash") -> 
 def test_create_seckill_voucher_writes_both_tables_and_preloads_redis(
     db: Database, redis: Any, created: list[int]
 ) -> None:
+    redis.delete(keys.loaded())
     voucher = seckill_voucher(stock=25)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
     created.append(voucher_id)
+    assert redis.get(keys.loaded()) == "1"  # the gate may trust "not found" again
 
     [row] = db_rows(db, "SELECT * FROM tb_voucher WHERE id = %s", voucher_id)
     assert (row["shop_id"], row["title"], row["type"], row["status"]) == (1, "flash", 1, 1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seckill import keys
-from seckill.errors import Conflict, NotFound, SeckillError
+from seckill.errors import Conflict, NotFound, SeckillError, TryAgain
 from seckill.scripts import Scripts
 
 NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE = 1, 2, 3, 4, 5
@@ -69,6 +69,8 @@ class Gate:
         code = int(code)
         if code == 0:
             return Reservation(voucher_id, user_id, token, int(now_ms))
+        if code == NOT_FOUND and not self.redis.exists(keys.loaded()):
+            raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE and self.refusal_cache_seconds > 0:
             self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, code)
         raise refusal(code)

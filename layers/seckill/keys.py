@@ -20,6 +20,12 @@ def pending(voucher_id: int) -> str:
     return f"seckill:pending:{{{voucher_id}}}"
 
 
+def loaded() -> str:
+    """Set whenever vouchers are loaded or rebuilt: its absence means Redis lost its data,
+    so a voucher the gate cannot find may exist after all (answer 503, not 404)."""
+    return "seckill:loaded"
+
+
 def order_status(order_id: int) -> str:
     """Looked up by order id alone: a hint for the status route, never needed for correctness."""
     return f"seckill:order-status:{order_id}"

@@ -153,6 +153,8 @@ def reconcile(
         result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
         results.append(result)
+    if voucher_ids is None:
+        gate.redis.set(keys.loaded(), 1)  # every voucher on sale is in Redis now
     return Reconciled(drained, results)
 
 

@@ -88,7 +88,8 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
 def rebuild(db: Database, redis: Any, scripts: Scripts, *, force: bool = False) -> list[Restored]:
     """Every voucher on sale whose Redis state is missing (or, with ``force``, every one)."""
     mode: Mode = "repair" if force else "missing"
-    results = (restore(db, redis, scripts, v, mode) for v in voucher_ids_on_sale(db))
+    results = [restore(db, redis, scripts, v, mode) for v in voucher_ids_on_sale(db)]
+    redis.set(keys.loaded(), 1)
     return [r for r in results if r is not None]
 
 

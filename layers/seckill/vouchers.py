@@ -110,6 +110,7 @@ def preload(redis: Any, voucher_id: int, stock: int, begin: datetime, end: datet
         pipe.set(keys.stock(voucher_id), stock)
         pipe.hset(keys.window(voucher_id), mapping={"begin": to_ms(begin), "end": to_ms(end)})
         pipe.execute()
+    redis.set(keys.loaded(), 1)
 
 
 def unload(redis: Any, voucher_id: int) -> None:

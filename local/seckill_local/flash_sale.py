@@ -63,6 +63,7 @@ CHAOS = {
     "SeckillApiFunction": {"sendFailure": 0.05, "sendCrash": 0.02},
     "OrderPersisterFunction": {"persisterCrash": 0.03},
 }
+RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
 
@@ -169,7 +170,8 @@ class Sale:
                 subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)  # noqa: S603
         return before, queue_depth(self.sqs, self.dlq_url)
 
-    def reconcile(self) -> dict[str, int]:
+    def reconcile(self, pending_age: timedelta = timedelta(0)) -> dict[str, int]:
+        """One reconciliation pass (after the sale no request is in flight: any age is stale)."""
         scripts = Scripts.register(self.redis)
         result = reconcile(
             self.db,
@@ -177,7 +179,7 @@ class Sale:
             scripts,
             OrderQueue(self.sqs, self.queue_url),
             drained=queue_drained(self.sqs, self.queue_url),
-            pending_age=timedelta(0),  # the sale is over: no request is still in flight
+            pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
         return result.totals()
@@ -248,8 +250,17 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
     chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=sum(r.applied for r in rebuilt))
 
 
+def reconcile_periodically(sale: Sale, stop: threading.Event, totals: Counter[str]) -> None:
+    """What ReconcilerFunction's schedule does in AWS, at a pace that fits a short sale."""
+    while not stop.wait(RECONCILE_EVERY):
+        try:
+            totals.update(sale.reconcile(pending_age=timedelta(seconds=RECONCILE_EVERY)))
+        except Exception:  # a failed scheduled run; the next one tries again
+            sale.db.close()
+
+
 def fire_with_chaos(
-    sale: Sale, tokens: dict[int, str], progress: Progress, creds: Credentials
+    sale: Sale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
 ) -> tuple[list[Press], float]:
     args = sale.args
     for body in MALFORMED:
@@ -260,6 +271,9 @@ def fire_with_chaos(
     restarter = threading.Thread(target=lambda: trigger.wait() and restart_redis(sale, tokens), daemon=True)
     restarter.start()
     spare = {sale.db.connection().thread_id()}
+    stop = threading.Event()
+    reconciler = threading.Thread(target=reconcile_periodically, args=(sale, stop, reconciled), daemon=True)
+    reconciler.start()
     with chaos.ConnectionKiller(creds, sale.chaos_log, interval=0.5, share=0.5, spare=spare):
         result = fire(
             sale.http,
@@ -273,6 +287,8 @@ def fire_with_chaos(
         )
         trigger.set()
         restarter.join()
+    stop.set()
+    reconciler.join()
     return result
 
 
@@ -387,8 +403,9 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
 
     columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
+        reconciled: Counter[str] = Counter()
         if args.chaos:
-            presses, wall = fire_with_chaos(sale, tokens, progress, creds)
+            presses, wall = fire_with_chaos(sale, tokens, progress, creds, reconciled)
         else:
             presses, wall = fire(
                 sale.http, sale.stack.api_url, sale.voucher_id, tokens, args.presses, args.concurrency, progress
@@ -397,7 +414,7 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
         drained = sale.wait_drained(progress, "draining the queue")
         dlq = sale.replay_dlq()
         drained = drained and sale.wait_drained(progress, "draining the replay")
-        reconciled = Counter(sale.reconcile())
+        reconciled.update(sale.reconcile())
         drained = drained and sale.wait_drained(progress, "persisting orders", need_decided=accepted)
         reconciled.update(sale.reconcile())  # clears what the first pass re-queued, repairs drift
         before = decided(sale.db, sale.voucher_id)
