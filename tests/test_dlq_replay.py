@@ -28,10 +28,9 @@ from seckill import keys
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
-from seckill.messages import OrderMessage
+from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
 from seckill_local.feeder import sqs_event
-from seckill_local.sqs import queue_depth
 from seckill_local.template import ROOT
 from tests.conftest import db_rows
 

@@ -18,9 +18,9 @@ from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate, Reservation
 from seckill.ids import next_order_id
-from seckill.messages import OrderMessage, OrderQueue
+from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
-from seckill.reconcile import queue_drained, reconcile
+from seckill.reconcile import reconcile
 from seckill.recovery import rebuild, restore
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
@@ -201,10 +201,13 @@ def test_reconciling_twice_in_a_row_changes_nothing_the_second_time(
     assert stocks(db, redis, voucher_id) == (3, 3)
 
 
-def test_queue_drained_reads_the_queue(sqs: Any, queue: OrderQueue) -> None:
-    assert queue_drained(sqs, queue.queue_url)
+def test_queue_depth_and_waiting_for_the_queue_to_drain(sqs: Any, queue: OrderQueue) -> None:
+    assert queue_depth(sqs, queue.queue_url) == 0
     sqs.send_message(QueueUrl=queue.queue_url, MessageBody="{}")
-    assert not queue_drained(sqs, queue.queue_url)
+    assert queue_depth(sqs, queue.queue_url) == 1
+    assert not wait_drained(sqs, queue.queue_url, timeout=0.3, poll=0.1)
+    drain(sqs, queue.queue_url)
+    assert wait_drained(sqs, queue.queue_url, timeout=0.3, poll=0.1)
 
 
 def lose_redis_state(redis: Any, voucher_id: int) -> None:

@@ -14,12 +14,13 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate
-from seckill.messages import OrderQueue
-from seckill.reconcile import queue_drained, reconcile
+from seckill.messages import OrderQueue, queue_depth, wait_drained
+from seckill.reconcile import reconcile
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -43,12 +44,18 @@ DEFAULT_PENDING_AGE_SECONDS = 120.0
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     pending_age = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE_SECONDS))
+    if not redis.exists(keys.loaded()):
+        # Redis lost its data: let the queue drain first, so the rebuilt stock counts
+        # every accepted order (the gate answers 503 meanwhile).
+        wait_drained(
+            sqs, settings.order_queue_url, timeout=max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
+        )
     result = reconcile(
         db,
         gate,
         scripts,
         queue,
-        drained=queue_drained(sqs, settings.order_queue_url),
+        drained=queue_depth(sqs, settings.order_queue_url) == 0,
         pending_age=timedelta(seconds=pending_age),
         repair=bool(event.get("repair", True)),
     )

@@ -11,6 +11,12 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _get(env: os._Environ[str] | dict[str, str], name: str, default: str) -> str:
+    """The variable, or the default when unset or empty (``sam local`` passes a
+    declared variable it has no value for as an empty string)."""
+    return env.get(name) or default
+
+
 @dataclass(frozen=True)
 class Settings:
     redis_url: str
@@ -27,21 +33,25 @@ class Settings:
     refusal_cache_seconds: float
     # How long the order-status hint for a pending order lives in Redis.
     status_ttl_seconds: int
+    # Require TLS to MySQL and verify the server's certificate (RDS Proxy requires TLS).
+    db_tls: bool = False
 
     @classmethod
     def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         return cls(
-            redis_url=env.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            redis_url=_get(env, "REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_cluster=_flag(env.get("REDIS_CLUSTER")),
             order_queue_url=env.get("ORDER_QUEUE_URL", ""),
-            db_host=env.get("DB_HOST", "127.0.0.1"),
-            db_port=int(env.get("DB_PORT", "3306")),
-            db_name=env.get("DB_NAME", "seckill"),
-            db_user=env.get("DB_USER", "root"),
+            db_host=_get(env, "DB_HOST", "127.0.0.1"),
+            db_port=int(_get(env, "DB_PORT", "3306")),
+            db_name=_get(env, "DB_NAME", "seckill"),
+            db_user=_get(env, "DB_USER", "root"),
             db_password=env.get("DB_PASSWORD", ""),
             db_secret_arn=env.get("DB_SECRET_ARN", ""),
             timezone=ZoneInfo(env.get("SECKILL_TIMEZONE") or "UTC"),
             refusal_cache_seconds=float(env.get("SECKILL_REFUSAL_CACHE_SECONDS", "1.0")),
             status_ttl_seconds=int(env.get("SECKILL_STATUS_TTL_SECONDS", "86400")),
+            # Credentials from Secrets Manager mean a managed database in AWS: TLS unless told otherwise.
+            db_tls=_flag(env.get("DB_TLS")) if env.get("DB_TLS") else bool(env.get("DB_SECRET_ARN")),
         )

@@ -8,6 +8,7 @@ pinged (and reconnected) before use.
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -30,12 +31,20 @@ class Credentials:
     user: str
     password: str
     database: str
+    tls: bool = False
 
 
 def credentials(settings: Settings) -> Credentials:
     """From DB_* variables, or from the Secrets Manager secret named by DB_SECRET_ARN."""
     if not settings.db_secret_arn:
-        return Credentials(settings.db_host, settings.db_port, settings.db_user, settings.db_password, settings.db_name)
+        return Credentials(
+            host=settings.db_host,
+            port=settings.db_port,
+            user=settings.db_user,
+            password=settings.db_password,
+            database=settings.db_name,
+            tls=settings.db_tls,
+        )
     from aws_lambda_powertools.utilities import parameters
 
     secret: dict[str, Any] = parameters.get_secret(settings.db_secret_arn, transform="json", max_age=300)
@@ -45,10 +54,14 @@ def credentials(settings: Settings) -> Credentials:
         user=secret["username"],
         password=secret["password"],
         database=settings.db_name,
+        tls=settings.db_tls,
     )
 
 
 def connect(creds: Credentials, *, database: bool = True) -> pymysql.Connection:
+    # Verified TLS (the system's CAs, hostname checked) when required; otherwise
+    # PyMySQL's default, which uses TLS only if the server offers it.
+    tls = ssl.create_default_context() if creds.tls else None
     return pymysql.connect(
         host=creds.host,
         port=creds.port,
@@ -62,6 +75,7 @@ def connect(creds: Credentials, *, database: bool = True) -> pymysql.Connection:
         write_timeout=10,
         cursorclass=DictCursor,
         init_command="SET time_zone = '+00:00'",
+        ssl=tls,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,6 +52,27 @@ class OrderMessage:
             )
         except Exception as exc:  # any shape error at all means the same thing
             raise MalformedMessage(f"malformed order message: {exc}") from exc
+
+
+def queue_depth(sqs: Any, queue_url: str) -> int:
+    """Messages on a queue: visible, in flight and delayed (SQS's approximate counts)."""
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    attrs = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+    return sum(int(attrs.get(name, 0)) for name in names)
+
+
+def wait_drained(sqs: Any, queue_url: str, timeout: float, poll: float = 0.5) -> bool:
+    """Until the queue is empty, or ``timeout`` seconds; True if it emptied."""
+    deadline = time.monotonic() + timeout
+    while queue_depth(sqs, queue_url):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 class OrderQueue:

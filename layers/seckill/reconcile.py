@@ -30,7 +30,7 @@ from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate, Reservation
-from seckill.messages import OrderMessage, OrderQueue
+from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.recovery import Restored, restore, voucher_ids_on_sale
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
@@ -74,18 +74,6 @@ class Reconciled:
             "totals": self.totals(),
             "vouchers": [asdict(x) for x in self.vouchers],
         }
-
-
-def queue_drained(sqs: Any, queue_url: str) -> bool:
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    return all(int(v) == 0 for v in attrs.values())
 
 
 def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
@@ -181,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         Gate(redis, scripts),
         scripts,
         OrderQueue(sqs, settings.order_queue_url),
-        drained=queue_drained(sqs, settings.order_queue_url),
+        drained=queue_depth(sqs, settings.order_queue_url) == 0,
         pending_age=timedelta(seconds=args.pending_age),
         repair=not args.no_repair,
         voucher_ids=args.voucher,

@@ -5,6 +5,12 @@ empty node) every voucher on sale is unknown to the gate. ``rebuild`` puts
 back stock, buyers and window from the database, never clobbering a voucher
 whose state is still there; ``repair`` overwrites a drifted one.
 
+Orders still on the queue are not in MySQL yet, and their pending marks were
+lost with Redis: rebuilt before the queue drains, the stock would count them
+as unsold and the gate would accept orders MySQL must then refuse (FAILED).
+So the command first waits for the queue to drain (``--wait-for-queue``);
+meanwhile the gate answers 503 TRY_AGAIN, never a false "not found".
+
 ``python -m seckill.recovery`` rebuilds every voucher whose sale has not ended.
 """
 
@@ -18,9 +24,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from seckill import keys
-from seckill.clients import redis_client
+from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
+from seckill.messages import wait_drained
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
 
@@ -100,8 +107,18 @@ def main(argv: list[str] | None = None) -> int:
         "after Redis lost its data. Vouchers whose state is present are left alone unless --force.",
     )
     parser.add_argument("--force", action="store_true", help="overwrite present state too (repairs drift)")
+    parser.add_argument(
+        "--wait-for-queue",
+        type=float,
+        default=30,
+        metavar="SECONDS",
+        help="first wait up to this long for ORDER_QUEUE_URL to drain (default 30; 0 to skip)",
+    )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+    waiting = args.wait_for_queue > 0 and bool(settings.order_queue_url)
+    if waiting and not wait_drained(sqs_client(), settings.order_queue_url, args.wait_for_queue):
+        print(f"the order queue did not drain within {args.wait_for_queue:.0f} s; rebuilding anyway")
     redis = redis_client(settings)
     results = rebuild(Database.from_settings(settings), redis, Scripts.register(redis), force=args.force)
     for r in results:

@@ -44,15 +44,15 @@ from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
-from seckill.messages import OrderMessage, OrderQueue
+from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.migrate import migrate
-from seckill.reconcile import queue_drained, reconcile
+from seckill.reconcile import reconcile
 from seckill.recovery import rebuild
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens, store_tokens
 from seckill_local import chaos
 from seckill_local.report import Check, Fault, Outcome, Press, Report, check_invariants, percentiles, render
-from seckill_local.sqs import LOCAL_AWS, queue_depth, sqs_client
+from seckill_local.sqs import LOCAL_AWS, sqs_client
 from seckill_local.stack import LocalStack, free_port, preflight
 from seckill_local.template import ROOT
 
@@ -178,11 +178,19 @@ class Sale:
             Gate(self.redis, scripts),
             scripts,
             OrderQueue(self.sqs, self.queue_url),
-            drained=queue_drained(self.sqs, self.queue_url),
+            drained=queue_depth(self.sqs, self.queue_url) == 0,
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
         return result.totals()
+
+    def failed_reasons(self) -> dict[str, int]:
+        with self.db.transaction() as cursor:
+            cursor.execute(
+                "SELECT reason, COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s GROUP BY reason",
+                (self.voucher_id,),
+            )
+            return {r["reason"]: int(r["n"]) for r in cursor.fetchall()}
 
     def redeliver(self, presses: list[Press]) -> int:
         """Send every accepted order once more, as SQS may: MySQL must not change."""
@@ -237,7 +245,8 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
     time.sleep(1.0)
     sale.private_redis.start()
     store_tokens(sale.redis, tokens, ttl_seconds=3600)
-    time.sleep(0.5)  # a scheduled reconciler would notice within its period
+    # As `python -m seckill.recovery` does: let accepted orders reach MySQL first.
+    wait_drained(sale.sqs, sale.queue_url, timeout=15)
     for attempt in range(5):  # the connection killer may hit this run's own connections too
         try:
             rebuilt = rebuild(sale.db, sale.redis, Scripts.register(sale.redis))
@@ -303,7 +312,7 @@ def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], d
             "SQS send refused",
             injected["sqs-send-failure"],
             "reservation released, client told 503 TRY_AGAIN",
-            f"{statuses[503]} answers 503",
+            f"{statuses[503]} answers 503 (with the Redis outage's)",
         ),
         Fault(
             "API container crashed after the gate, before the send",
@@ -333,8 +342,10 @@ def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], d
         Fault(
             "Redis restarted empty mid-sale",
             injected["redis-restart"],
-            "503 while down, vouchers rebuilt from MySQL, over-accepted orders refused by MySQL (FAILED)",
-            f"{rebuilt} voucher(s) rebuilt; {statuses[503]} answers 503, {statuses[404]} answers 404",
+            "503 until the queue drained and the vouchers were rebuilt from MySQL (no false 404); "
+            "sessions restored; orders accepted beyond MySQL's stock refused there (FAILED)",
+            f"{rebuilt} voucher(s) rebuilt; {statuses[404]} answers 404; "
+            f"{sale.failed_reasons().get('SOLD_OUT', 0)} FAILED SOLD_OUT",
         ),
     ]
 
@@ -448,12 +459,7 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
                 f"{dlq[1]} left of {dlq[0]}; {len(MALFORMED)} malformed injected",
             )
         )
-    with sale.db.transaction() as cursor:
-        cursor.execute(
-            "SELECT reason, COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s GROUP BY reason",
-            (sale.voucher_id,),
-        )
-        failed_reasons = {r["reason"]: int(r["n"]) for r in cursor.fetchall()}
+    failed_reasons = sale.failed_reasons()
     report = Report(
         voucher_id=sale.voucher_id,
         users=args.users,

@@ -65,11 +65,3 @@ def ensure_queues(
         urls[logical_id] = url
         arns[logical_id] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return urls
-
-
-def queue_depth(sqs: Any, url: str) -> int:
-    """Messages visible plus in flight."""
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]
-    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
