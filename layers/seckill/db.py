@@ -93,11 +93,15 @@ class Database:
     def connection(self) -> pymysql.Connection:
         conn: pymysql.Connection | None = getattr(self._local, "conn", None)
         now = time.monotonic()
+        if conn is not None and now - self._local.used > IDLE_PING_SECONDS:
+            try:
+                conn.ping()
+            except pymysql.Error:
+                self.close()  # gone while idle: start afresh
+                conn = None
         if conn is None:
             conn = connect(self.creds)
             self._local.conn = conn
-        elif now - self._local.used > IDLE_PING_SECONDS:
-            conn.ping(reconnect=True)
         self._local.used = now
         return conn
 
