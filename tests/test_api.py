@@ -411,6 +411,7 @@ def test_order_status_failed_with_reason(
     voucher_id = make_voucher(stock=2)
     user_id = new_user()
     order_id = body(buy(voucher_id, user_id))["data"]
+    pending = body(call(status_event(order_id, user_id)))["data"]
     # The database ran out (e.g. Redis had drifted): the persister rejects the order.
     with db.transaction() as cursor:
         cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (voucher_id,))
@@ -425,6 +426,9 @@ def test_order_status_failed_with_reason(
     assert data["orderId"] == order_id
     assert data["voucherId"] == voucher_id
     assert data["userId"] == user_id
+    # Still when the order was made (to the second its id carries), not when it was refused.
+    made = datetime.fromisoformat(pending["createdAt"])
+    assert abs(datetime.fromisoformat(data["createdAt"]) - made) < timedelta(seconds=1)
     assert db_rows(db, "SELECT id FROM tb_voucher_order WHERE id = %s", int(order_id)) == []
 
 

@@ -14,7 +14,7 @@ from seckill import keys
 from seckill.db import Database
 from seckill.errors import NotFound, TryAgain
 from seckill.gate import Gate, Reservation
-from seckill.ids import next_order_id
+from seckill.ids import next_order_id, order_id_time
 from seckill.messages import OrderMessage, OrderQueue
 from seckill.timeutil import from_db, from_ms, iso
 
@@ -84,7 +84,9 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
             row = cursor.fetchone()
             status, reason = FAILED, row and row["reason"]
     if row is not None:
-        return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(from_db(row["create_time"])))
+        # A rejection's own time is when MySQL refused it; the order was made when its id was.
+        created = from_db(row["create_time"]) if status == CONFIRMED else order_id_time(order_id)
+        return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(created))
     hint = redis.get(keys.order_status(order_id))
     if hint:
         data = json.loads(hint)
