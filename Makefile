@@ -3,12 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+# The SAM CLI and cfn-lint live in a virtualenv of their own (requirements-sam.txt).
+SAM_VENV := .venv-sam
+SAM_BIN  := $(SAM_VENV)/bin
+export SAM_CLI_TELEMETRY = 0
+# SAM validates and builds offline; a region only names the endpoints it would use.
+SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format services clean
+.PHONY: help setup demo test lint format services clean sam-setup validate build
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +24,29 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed ## create .venv and install the project with its dev tools
 
+$(SAM_VENV)/.installed: requirements-sam.txt
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_BIN)/python -m pip install --quiet --upgrade pip
+	$(SAM_BIN)/python -m pip install --quiet -r requirements-sam.txt
+	touch $@
+
+sam-setup: $(SAM_VENV)/.installed ## create .venv-sam with the SAM CLI and cfn-lint
+
+validate: sam-setup ## the template: SAM's transform, sam validate --lint and cfn-lint
+	$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate
+	$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint
+	$(SAM_BIN)/cfn-lint template.yaml
+
+build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/build
+	$(SAM_BIN)/sam build --region $(SAM_REGION)
+
 services: ## start local Redis and MariaDB if they are not running
 	@scripts/local_services.sh
 
 demo: setup services ## a whole flash sale on this machine, with a report (ARGS="--users 5000 ...")
 	$(BIN)/seckill-flash-sale $(ARGS)
 
-test: setup services ## lint, then the test suite (real Redis, MariaDB, moto SQS server)
+test: setup services validate build ## validate and build the SAM app, lint, then the test suite (real Redis, MariaDB, moto SQS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(ARGS)
@@ -34,4 +56,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .aws-sam
