@@ -42,6 +42,7 @@ INVOKED = {
     "OrderPersisterFunction",
     "MigratorFunction",
     "TokenMinterFunction",
+    "ReconcilerFunction",
 }
 
 
@@ -239,6 +240,22 @@ def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
     finally:
         redis.delete(keys.login_token(token))
     assert "userIds" in refused["error"]
+
+
+def test_reconciler_from_the_artifact(invoke: Invoke, make_voucher: Callable[..., int], gate: Any, redis: Any) -> None:
+    """On schedule it leaves a fresh reservation alone; asked with age 0 it releases it."""
+    voucher_id, user = make_voucher(stock=2), new_user()
+    gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no order id
+    scheduled, on_demand = invoke(
+        "ReconcilerFunction", [load_event("reconciler_scheduled.json"), {"pendingAgeSeconds": 0}]
+    )
+    ours = [v for v in scheduled["vouchers"] if v["voucher_id"] == voucher_id]
+    assert ours
+    assert ours[0]["released"] == []
+    (ours,) = [v for v in on_demand["vouchers"] if v["voucher_id"] == voucher_id]
+    assert ours["released"] == [user]
+    assert redis.get(keys.stock(voucher_id)) == "2"
+    assert not redis.sismember(keys.buyers(voucher_id), user)
 
 
 class Replies:
