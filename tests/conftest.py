@@ -25,8 +25,10 @@ from seckill.db import Credentials, Database, connect
 from seckill.gate import Gate
 from seckill.migrate import migrate
 from seckill.scripts import Scripts
+from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
+from seckill_local.stack import free_port
 from seckill_local.template import ROOT, Template
 
 EVENTS = ROOT / "events"
@@ -163,6 +165,31 @@ def order_queue(sqs: Any, session_queues: dict[str, str]) -> Iterator[str]:
     drain(sqs, url)
 
 
+def new_user() -> int:
+    """A user id no other test (or earlier run) is likely to hold."""
+    return secrets.randbelow(10**12) + 10**6
+
+
+def closed_port() -> int:
+    """A local port nothing listens on: for an unreachable Redis, MySQL or endpoint."""
+    return free_port()
+
+
+@pytest.fixture
+def mint(redis: Any) -> Iterator[Callable[[int], str]]:
+    """Mints a login token for a user; deletes every minted token afterwards."""
+    minted: list[str] = []
+
+    def make(user_id: int) -> str:
+        token = mint_tokens(redis, [user_id], ttl_seconds=300)[user_id]
+        minted.append(token)
+        return token
+
+    yield make
+    if minted:
+        redis.delete(*(keys.login_token(t) for t in minted))
+
+
 def load_event(name: str, **changes: Any) -> dict[str, Any]:
     """An ``events/`` file, as ``sam local invoke -e`` would send it."""
     event = json.loads((EVENTS / name).read_text(encoding="utf-8"))
@@ -212,4 +239,4 @@ def context() -> Any:
     return LocalContext("test", 30)
 
 
-__all__ = ["EVENTS", "Path", "body", "db_rows", "drain", "load_event", "pymysql"]
+__all__ = ["EVENTS", "Path", "body", "closed_port", "db_rows", "drain", "load_event", "new_user", "pymysql"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,25 +19,15 @@ from seckill import keys
 from seckill.db import Credentials, Database
 from seckill.messages import OrderQueue
 from seckill_local.feeder import sqs_event
-from tests.conftest import body, db_rows, drain, load_event
+from tests.conftest import body, closed_port, db_rows, drain, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 RESULT_KEYS = {"success", "data", "errorMsg", "code"}
 
 
-def new_user() -> int:
-    return random.randint(10**6, 10**12)
-
-
 def module_of(handler: Callable[..., Any]) -> ModuleType:
     """The handler's own module (``load_handler`` imports it under a unique name)."""
     return sys.modules[handler.__module__]
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def with_path(event: dict[str, Any], path: str, **params: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ from seckill import keys
 from seckill.db import Credentials, connect
 from seckill.tokens import mint_tokens, user_for_token
 from seckill_local.template import ROOT, Template
-from tests.conftest import body, db_rows, load_event
+from tests.conftest import body, closed_port, db_rows, load_event, new_user
 
 ARTIFACT = ROOT / ".aws-sam" / "build"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
@@ -170,16 +169,6 @@ def invoke(
         return results
 
     return run
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def new_user() -> int:
-    return secrets.randbelow(10**12) + 10**6
 
 
 def test_all_built_functions_are_invoked_here(built: Template) -> None:

@@ -3,34 +3,17 @@
 from __future__ import annotations
 
 import json
-import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from seckill import keys
-from seckill.tokens import mint_tokens
-from tests.conftest import load_event
+from tests.conftest import load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 DENIED = {"isAuthorized": False}
-
-
-@pytest.fixture
-def mint(redis: Any) -> Iterator[Callable[[int], str]]:
-    """Mints a login token for a user; deletes every minted token afterwards."""
-    minted: list[str] = []
-
-    def make(user_id: int) -> str:
-        token: str = mint_tokens(redis, [user_id], ttl_seconds=300)[user_id]
-        minted.append(token)
-        return token
-
-    yield make
-    if minted:
-        redis.delete(*(keys.login_token(t) for t in minted))
 
 
 @pytest.fixture
@@ -44,10 +27,6 @@ def authorize(handlers: dict[str, Handler], context: Any) -> Callable[[dict[str,
         return handlers["AuthorizerFunction"](json.loads(json.dumps(event)), context)
 
     return invoke
-
-
-def new_user() -> int:
-    return random.randint(10**6, 10**12)
 
 
 @pytest.mark.parametrize("prefix", ["Bearer ", "", "bearer ", "BEARER  "])

@@ -11,7 +11,6 @@ import io
 import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
 from seckill_local.feeder import sqs_event
 from seckill_local.template import ROOT
-from tests.conftest import db_rows
+from tests.conftest import closed_port, db_rows
 
 SCRIPT = ROOT / "scripts" / "dlq_replay.py"
 ATTRIBUTES = {
@@ -112,12 +111,6 @@ def queue_args(queues: dict[str, str], *extra: str) -> list[str]:
 def run_script(*args: str, timeout: float = 30, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, str(SCRIPT), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # noqa: S603
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TerminalInput(io.StringIO):

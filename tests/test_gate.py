@@ -23,6 +23,7 @@ from seckill import keys
 from seckill.errors import Conflict, NotFound, SeckillError
 from seckill.gate import Gate, Reservation
 from seckill.scripts import Scripts
+from tests.conftest import new_user
 
 HOUR_MS = 3_600_000
 
@@ -43,10 +44,6 @@ def server_ms(redis: Any) -> int:
 
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def user() -> int:
-    return secrets.randbelow(10**9) + 1
 
 
 class Vouchers:
@@ -131,7 +128,7 @@ def test_contract_key_names_share_the_voucher_hash_tag() -> None:
 
 def test_ok_takes_one_unit_and_records_the_pending_reservation(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=10)
-    user_id, tok = user(), token()
+    user_id, tok = new_user(), token()
     before = server_ms(redis)
     reservation = gate.reserve(voucher_id, user_id, tok)
     after = server_ms(redis)
@@ -147,7 +144,7 @@ def test_ok_takes_one_unit_and_records_the_pending_reservation(gate: Gate, v: Vo
 
 def test_missing_stock_key_is_voucher_not_found_not_a_lua_error(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=None)
-    error = refused(gate, voucher_id, user())
+    error = refused(gate, voucher_id, new_user())
     assert isinstance(error, NotFound)
     assert (error.code, error.status) == ("VOUCHER_NOT_FOUND", 404)
     # A refusal writes nothing (in particular, no stock key appears from a DECR).
@@ -156,7 +153,7 @@ def test_missing_stock_key_is_voucher_not_found_not_a_lua_error(gate: Gate, v: V
 
 def test_missing_window_key_is_voucher_not_found(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5, begin_offset_ms=None, end_offset_ms=None)
-    error = refused(gate, voucher_id, user())
+    error = refused(gate, voucher_id, new_user())
     assert error.code == "VOUCHER_NOT_FOUND"
     assert v.stock(voucher_id) == 5
     assert v.buyers(voucher_id) == set()
@@ -165,33 +162,33 @@ def test_missing_window_key_is_voucher_not_found(gate: Gate, v: Vouchers) -> Non
 def test_half_written_window_is_voucher_not_found(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=5, begin_offset_ms=None, end_offset_ms=None)
     redis.hset(keys.window(voucher_id), "begin", server_ms(redis) - HOUR_MS)
-    assert refused(gate, voucher_id, user()).code == "VOUCHER_NOT_FOUND"
+    assert refused(gate, voucher_id, new_user()).code == "VOUCHER_NOT_FOUND"
 
 
 def test_unknown_voucher_is_voucher_not_found(gate: Gate, v: Vouchers) -> None:
-    assert refused(gate, v.new_id(), user()).code == "VOUCHER_NOT_FOUND"
+    assert refused(gate, v.new_id(), new_user()).code == "VOUCHER_NOT_FOUND"
 
 
 def test_unknown_voucher_after_redis_lost_its_data_is_try_again_not_404(gate: Gate, v: Vouchers, redis: Any) -> None:
     """Until vouchers are rebuilt, "not found" may be false: the client is told to retry."""
     redis.delete(keys.loaded())
     try:
-        error = refused(gate, v.new_id(), user())
+        error = refused(gate, v.new_id(), new_user())
         assert (error.status, error.code) == (503, "TRY_AGAIN")
     finally:
         redis.set(keys.loaded(), 1)
-    assert refused(gate, v.new_id(), user()).code == "VOUCHER_NOT_FOUND"
+    assert refused(gate, v.new_id(), new_user()).code == "VOUCHER_NOT_FOUND"
 
 
 def test_non_numeric_stock_is_voucher_not_found(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=None)
     redis.set(stock_key(voucher_id), "garbage")
-    assert refused(gate, voucher_id, user()).code == "VOUCHER_NOT_FOUND"
+    assert refused(gate, voucher_id, new_user()).code == "VOUCHER_NOT_FOUND"
 
 
 def test_not_started_by_the_server_clock(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5, begin_offset_ms=60_000, end_offset_ms=HOUR_MS)
-    error = refused(gate, voucher_id, user())
+    error = refused(gate, voucher_id, new_user())
     assert isinstance(error, Conflict)
     assert (error.code, error.status) == ("NOT_STARTED", 409)
     assert v.stock(voucher_id) == 5
@@ -200,7 +197,7 @@ def test_not_started_by_the_server_clock(gate: Gate, v: Vouchers) -> None:
 
 def test_ended_by_the_server_clock(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5, begin_offset_ms=-HOUR_MS, end_offset_ms=-60_000)
-    error = refused(gate, voucher_id, user())
+    error = refused(gate, voucher_id, new_user())
     assert (error.code, error.status) == ("ENDED", 409)
     assert v.stock(voucher_id) == 5
 
@@ -208,16 +205,16 @@ def test_ended_by_the_server_clock(gate: Gate, v: Vouchers) -> None:
 def test_window_opens_and_closes_with_the_server_clock(gate: Gate, v: Vouchers, redis: Any) -> None:
     # Opened 1 s ago and closing in 1 min by the server's clock: inside.
     voucher_id = v.make(stock=5, begin_offset_ms=-1_000, end_offset_ms=60_000)
-    gate.reserve(voucher_id, user(), token())
+    gate.reserve(voucher_id, new_user(), token())
     # Same voucher, window moved to have closed 1 s ago: refused.
     now = server_ms(redis)
     redis.hset(keys.window(voucher_id), mapping={"begin": now - HOUR_MS, "end": now - 1_000})
-    assert refused(gate, voucher_id, user()).code == "ENDED"
+    assert refused(gate, voucher_id, new_user()).code == "ENDED"
 
 
 def test_sold_out(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=0)
-    error = refused(gate, voucher_id, user())
+    error = refused(gate, voucher_id, new_user())
     assert (error.code, error.status) == ("SOLD_OUT", 409)
     # Never below zero.
     assert v.stock(voucher_id) == 0
@@ -226,16 +223,16 @@ def test_sold_out(gate: Gate, v: Vouchers) -> None:
 
 def test_last_unit_then_sold_out(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=1)
-    first = user()
+    first = new_user()
     gate.reserve(voucher_id, first, token())
-    assert refused(gate, voucher_id, user()).code == "SOLD_OUT"
+    assert refused(gate, voucher_id, new_user()).code == "SOLD_OUT"
     assert v.stock(voucher_id) == 0
     assert v.buyers(voucher_id) == {first}
 
 
 def test_duplicate_order(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
-    user_id = user()
+    user_id = new_user()
     first = gate.reserve(voucher_id, user_id, token())
     error = refused(gate, voucher_id, user_id)
     assert (error.code, error.status) == ("DUPLICATE_ORDER", 409)
@@ -281,7 +278,7 @@ def test_order_of_precedence(
 
 def test_attach_writes_the_order_id_once_and_only_for_the_same_token(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     field = str(reservation.user_id)
     impostor = Reservation(voucher_id, reservation.user_id, token(), reservation.accepted_ms)
 
@@ -314,14 +311,14 @@ def test_a_retried_gate_call_gets_its_own_reservation_back_not_duplicate(gate: G
 
 def test_attach_without_a_reservation_writes_nothing(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
-    ghost = Reservation(voucher_id, user(), token(), 1)
+    ghost = Reservation(voucher_id, new_user(), token(), 1)
     assert gate.attach(ghost, 123) == 0
     assert v.pending(voucher_id) == {}
 
 
 def test_attach_through_a_pipeline(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=5)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     with redis.pipeline(transaction=False) as pipe:
         gate.attach(reservation, 444, client=pipe)
         assert pipe.execute() == [1]
@@ -333,8 +330,8 @@ def test_attach_through_a_pipeline(gate: Gate, v: Vouchers, redis: Any) -> None:
 
 def test_release_restores_stock_and_buyers_and_is_idempotent(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    keeper = gate.reserve(voucher_id, user(), token())
-    reservation = gate.reserve(voucher_id, user(), token())
+    keeper = gate.reserve(voucher_id, new_user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     assert v.stock(voucher_id) == 1
 
     assert gate.release(reservation) is True
@@ -354,7 +351,7 @@ def test_release_restores_stock_and_buyers_and_is_idempotent(gate: Gate, v: Vouc
 
 def test_release_after_attach_still_releases(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     assert gate.attach(reservation, 555) == 1
     assert gate.release(reservation) is True
     assert v.stock(voucher_id) == 3
@@ -363,7 +360,7 @@ def test_release_after_attach_still_releases(gate: Gate, v: Vouchers) -> None:
 
 def test_release_refuses_a_different_token(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     other = Reservation(voucher_id, reservation.user_id, token(), reservation.accepted_ms)
     assert gate.release(other) is False
     assert v.stock(voucher_id) == 2
@@ -373,7 +370,7 @@ def test_release_refuses_a_different_token(gate: Gate, v: Vouchers) -> None:
 
 def test_release_of_an_old_request_leaves_a_newer_reservation_alone(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    old = gate.reserve(voucher_id, user(), token())
+    old = gate.reserve(voucher_id, new_user(), token())
     assert gate.release(old) is True
     new = gate.reserve(voucher_id, old.user_id, token())
     # A late retry of the old request's release must not undo the new reservation.
@@ -384,7 +381,7 @@ def test_release_of_an_old_request_leaves_a_newer_reservation_alone(gate: Gate, 
 
 def test_release_with_nothing_reserved(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    assert gate.release(Reservation(voucher_id, user(), token(), 1)) is False
+    assert gate.release(Reservation(voucher_id, new_user(), token(), 1)) is False
     assert v.stock(voucher_id) == 3
 
 
@@ -393,7 +390,7 @@ def test_release_with_nothing_reserved(gate: Gate, v: Vouchers) -> None:
 
 def test_settle_clears_only_the_matching_order_id(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     gate.attach(reservation, 9001)
 
     assert gate.settle(voucher_id, reservation.user_id, 9002) is False
@@ -410,7 +407,7 @@ def test_settle_clears_only_the_matching_order_id(gate: Gate, v: Vouchers) -> No
 
 def test_settle_leaves_a_reservation_without_order_id(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     assert gate.settle(voucher_id, reservation.user_id, 9001) is False
     assert str(reservation.user_id) in v.pending(voucher_id)
 
@@ -444,69 +441,69 @@ def caching_gate(redis: Any, scripts: Scripts, clock: FakeClock) -> Gate:
 
 def test_sold_out_is_refused_from_the_cache_without_redis(caching_gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=0)
-    assert refused(caching_gate, voucher_id, user()).code == "SOLD_OUT"
+    assert refused(caching_gate, voucher_id, new_user()).code == "SOLD_OUT"
     # Any call to Redis now fails loudly; the cached refusal must not make one.
     caching_gate.scripts = dead_scripts()
-    error = refused(caching_gate, voucher_id, user())
+    error = refused(caching_gate, voucher_id, new_user())
     assert (error.code, error.status) == ("SOLD_OUT", 409)
 
 
 def test_cached_refusal_expires(caching_gate: Gate, v: Vouchers, clock: FakeClock) -> None:
     voucher_id = v.make(stock=0)
-    assert refused(caching_gate, voucher_id, user()).code == "SOLD_OUT"
+    assert refused(caching_gate, voucher_id, new_user()).code == "SOLD_OUT"
     # Redis now says "not found"; while the cache holds, the answer is still SOLD_OUT.
     v.delete(voucher_id)
     clock.now += 4.9
-    assert refused(caching_gate, voucher_id, user()).code == "SOLD_OUT"
+    assert refused(caching_gate, voucher_id, new_user()).code == "SOLD_OUT"
     clock.now += 0.2
-    assert refused(caching_gate, voucher_id, user()).code == "VOUCHER_NOT_FOUND"
+    assert refused(caching_gate, voucher_id, new_user()).code == "VOUCHER_NOT_FOUND"
 
 
 def test_ended_is_cached(caching_gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5, begin_offset_ms=-HOUR_MS, end_offset_ms=-1_000)
-    assert refused(caching_gate, voucher_id, user()).code == "ENDED"
+    assert refused(caching_gate, voucher_id, new_user()).code == "ENDED"
     caching_gate.scripts = dead_scripts()
-    assert refused(caching_gate, voucher_id, user()).code == "ENDED"
+    assert refused(caching_gate, voucher_id, new_user()).code == "ENDED"
 
 
 def test_cache_is_per_voucher(caching_gate: Gate, v: Vouchers) -> None:
     sold_out, on_sale = v.make(stock=0), v.make(stock=5)
-    assert refused(caching_gate, sold_out, user()).code == "SOLD_OUT"
-    caching_gate.reserve(on_sale, user(), token())
+    assert refused(caching_gate, sold_out, new_user()).code == "SOLD_OUT"
+    caching_gate.reserve(on_sale, new_user(), token())
     assert v.stock(on_sale) == 4
 
 
 def test_not_started_and_duplicate_are_not_cached(caching_gate: Gate, v: Vouchers, redis: Any) -> None:
     # NOT_STARTED changes by itself as time passes.
     voucher_id = v.make(stock=5, begin_offset_ms=HOUR_MS, end_offset_ms=2 * HOUR_MS)
-    assert refused(caching_gate, voucher_id, user()).code == "NOT_STARTED"
+    assert refused(caching_gate, voucher_id, new_user()).code == "NOT_STARTED"
     now = server_ms(redis)
     redis.hset(keys.window(voucher_id), mapping={"begin": now - 1_000, "end": now + HOUR_MS})
-    caching_gate.reserve(voucher_id, user(), token())
+    caching_gate.reserve(voucher_id, new_user(), token())
 
     # DUPLICATE_ORDER is about one user; caching it per voucher would refuse everyone.
-    buyer = user()
+    buyer = new_user()
     caching_gate.reserve(voucher_id, buyer, token())
     assert refused(caching_gate, voucher_id, buyer).code == "DUPLICATE_ORDER"
-    caching_gate.reserve(voucher_id, user(), token())
+    caching_gate.reserve(voucher_id, new_user(), token())
     assert v.stock(voucher_id) == 2
 
 
 def test_zero_cache_seconds_always_asks_redis(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=0)
-    assert refused(gate, voucher_id, user()).code == "SOLD_OUT"
+    assert refused(gate, voucher_id, new_user()).code == "SOLD_OUT"
     redis.set(stock_key(voucher_id), 1)
-    gate.reserve(voucher_id, user(), token())
+    gate.reserve(voucher_id, new_user(), token())
     assert v.stock(voucher_id) == 0
 
 
 def test_release_clears_the_cached_refusal(caching_gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=1)
-    reservation = caching_gate.reserve(voucher_id, user(), token())
-    assert refused(caching_gate, voucher_id, user()).code == "SOLD_OUT"
+    reservation = caching_gate.reserve(voucher_id, new_user(), token())
+    assert refused(caching_gate, voucher_id, new_user()).code == "SOLD_OUT"
     # Queueing failed, the unit comes back: the next buyer must not be refused from the cache.
     assert caching_gate.release(reservation) is True
-    winner = caching_gate.reserve(voucher_id, user(), token())
+    winner = caching_gate.reserve(voucher_id, new_user(), token())
     assert v.stock(voucher_id) == 0
     assert v.buyers(voucher_id) == {winner.user_id}
 
@@ -518,15 +515,15 @@ def test_cache_expiry_survives_a_release_in_between(redis: Any, scripts: Scripts
     clock = FakeClock()
     gate = Gate(redis, scripts, refusal_cache_seconds=5.0, clock=clock)
     voucher_id = v.make(stock=1)
-    holder = gate.reserve(voucher_id, user(), token())
-    assert refused(gate, voucher_id, user()).code == "SOLD_OUT"
+    holder = gate.reserve(voucher_id, new_user(), token())
+    assert refused(gate, voucher_id, new_user()).code == "SOLD_OUT"
 
     def interleaved() -> float:
         gate.release(holder)
         return clock.now + 10
 
     gate.clock = interleaved
-    winner = gate.reserve(voucher_id, user(), token())
+    winner = gate.reserve(voucher_id, new_user(), token())
     assert v.buyers(voucher_id) == {winner.user_id}
 
 
@@ -580,7 +577,7 @@ def test_scripts_are_reloaded_after_script_flush(gate: Gate, v: Vouchers, redis:
     voucher_id = v.make(stock=2)
     redis.script_flush()
     assert redis.script_exists(scripts.gate.sha) == [False]
-    reservation = gate.reserve(voucher_id, user(), token())
+    reservation = gate.reserve(voucher_id, new_user(), token())
     assert redis.script_exists(scripts.gate.sha) == [True]
 
     redis.script_flush()

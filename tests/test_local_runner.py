@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import threading
 import time
@@ -27,26 +26,15 @@ from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
 from seckill.timeutil import from_ms
-from seckill.tokens import mint_tokens
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool
 from seckill_local.runner import Runner
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import ROOT, TEMPLATE, Template
-from tests.conftest import EVENTS, db_rows, drain
+from tests.conftest import EVENTS, closed_port, db_rows, drain, new_user
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
-
-
-def new_user() -> int:
-    return random.randint(10**6, 10**12)
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def queue_attributes(sqs: Any, url: str) -> dict[str, str]:
@@ -250,20 +238,6 @@ def http(
     except urllib.error.HTTPError as error:
         status, raw, got = error.code, error.read(), dict(error.headers)
     return status, {k.lower(): v for k, v in got.items()}, json.loads(raw) if raw else None
-
-
-@pytest.fixture
-def mint(redis: Any) -> Iterator[Callable[[int], str]]:
-    minted: list[str] = []
-
-    def make(user_id: int) -> str:
-        token: str = mint_tokens(redis, [user_id], ttl_seconds=300)[user_id]
-        minted.append(token)
-        return token
-
-    yield make
-    if minted:
-        redis.delete(*(keys.login_token(t) for t in minted))
 
 
 def test_http_user_route_without_authorization_header_is_401(api_url: str, make_voucher: Callable[..., int]) -> None:

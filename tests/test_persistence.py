@@ -22,16 +22,12 @@ from seckill.ids import next_order_id
 from seckill.messages import MalformedMessage, OrderMessage
 from seckill.persistence import Decision, persist_order
 from seckill.timeutil import from_ms, to_db
-from tests.conftest import db_rows
-
-
-def user() -> int:
-    return secrets.randbelow(10**9) + 1
+from tests.conftest import db_rows, new_user
 
 
 def accepted(gate: Gate, voucher_id: int, user_id: int | None = None) -> OrderMessage:
     """What the API does for a winner: reserve, make the order id, attach it."""
-    reservation = gate.reserve(voucher_id, user_id or user(), uuid.uuid4().hex)
+    reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
     order_id = next_order_id(gate.redis)
     assert gate.attach(reservation, order_id) == 1
     return OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
@@ -164,7 +160,7 @@ def test_last_unit_goes_to_the_first_order_only(
 ) -> None:
     voucher_id = make_voucher(stock=1)
     winner = accepted(gate, voucher_id)
-    late = fabricated(voucher_id, user(), redis)
+    late = fabricated(voucher_id, new_user(), redis)
     assert persist_order(db, gate, winner).status == "CONFIRMED"
     assert persist_order(db, gate, late) == Decision("FAILED", "SOLD_OUT", changed=True)
     assert db_stock(db, voucher_id) == 0
@@ -176,7 +172,7 @@ def test_last_unit_goes_to_the_first_order_only(
 
 def test_unknown_voucher_fails_voucher_not_found(db: Database, gate: Gate, redis: Any) -> None:
     voucher_id = secrets.randbelow(10**12) + 10**15  # far above the suite's AUTO_INCREMENT
-    message = fabricated(voucher_id, user(), redis)
+    message = fabricated(voucher_id, new_user(), redis)
 
     assert persist_order(db, gate, message) == Decision("FAILED", "VOUCHER_NOT_FOUND", changed=True)
     # The inserted order rolled back with its transaction.

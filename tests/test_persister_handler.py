@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import socket
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,19 +20,9 @@ from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
 from seckill.timeutil import from_ms
-from tests.conftest import db_rows, load_event
+from tests.conftest import closed_port, db_rows, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
-
-
-def new_user() -> int:
-    return random.randint(10**6, 10**12)
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def record(body: str, message_id: str | None = None) -> dict[str, Any]:

@@ -5,7 +5,6 @@ Each test names the defect of the seeds (SPEC §6) it covers.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,13 +23,9 @@ from seckill.reconcile import reconcile
 from seckill.recovery import rebuild, restore
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
-from tests.conftest import db_rows, drain
+from tests.conftest import db_rows, drain, new_user
 
 NOW = timedelta(0)  # every reservation counts as stale
-
-
-def user() -> int:
-    return secrets.randbelow(10**9) + 1
 
 
 def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
@@ -44,7 +39,7 @@ def confirmed(db: Database, voucher_id: int) -> int:
 
 def win(gate: Gate, voucher_id: int, user_id: int | None = None, *, attach: bool = True) -> tuple[Reservation, int]:
     """The API's steps up to (not including) the SQS send."""
-    reservation = gate.reserve(voucher_id, user_id or user(), uuid.uuid4().hex)
+    reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
     order_id = next_order_id(gate.redis)
     if attach:
         gate.attach(reservation, order_id)
@@ -150,7 +145,7 @@ def test_drift_is_repaired_only_once_the_queue_is_drained(
     voucher_id = make_voucher(stock=5)
     reservation, order_id = win(gate, voucher_id)
     persist_order(db, gate, OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
-    stranger = user()
+    stranger = new_user()
     redis.set(keys.stock(voucher_id), 9)
     redis.srem(keys.buyers(voucher_id), reservation.user_id)
     redis.sadd(keys.buyers(voucher_id), stranger)
@@ -221,7 +216,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
 ) -> None:
     """No oversell, no wrongly refused user, final counts match."""
     voucher_id = make_voucher(stock=10)
-    first_buyers = [user() for _ in range(4)]
+    first_buyers = [new_user() for _ in range(4)]
     for user_id in first_buyers:
         reservation, order_id = win(gate, voucher_id, user_id)
         message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
@@ -230,7 +225,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     lose_redis_state(redis, voucher_id)
     # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
     with pytest.raises(SeckillError) as refused:
-        gate.reserve(voucher_id, user(), uuid.uuid4().hex)
+        gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
     assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
 
     rebuilt = [r for r in rebuild(db, redis, scripts) if r.voucher_id == voucher_id]
@@ -245,7 +240,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
         with pytest.raises(SeckillError) as again:
             gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
         assert again.value.code == "DUPLICATE_ORDER"
-    newcomers = [user() for _ in range(8)]
+    newcomers = [new_user() for _ in range(8)]
     outcomes = []
     for user_id in newcomers:
         try:

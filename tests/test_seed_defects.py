@@ -28,7 +28,7 @@ from seckill.reconcile import reconcile
 from seckill.scripts import Scripts, lua_dir, read_script
 from seckill.timeutil import from_ms
 from seckill_local.feeder import sqs_event
-from tests.conftest import body, db_rows, drain, load_event
+from tests.conftest import body, db_rows, drain, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
@@ -37,10 +37,6 @@ MALFORMED = '{"orderId": 42, "userId": "x"}'
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def new_user() -> int:
-    return random.randint(10**6, 10**12)
 
 
 def accept(gate: Gate, voucher_id: int, user_id: int | None = None) -> OrderMessage:
