@@ -31,6 +31,7 @@ from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool
 from seckill_local.runner import Runner
 from seckill_local.sqs import ensure_queues
+from seckill_local.stack import local_parameters
 from seckill_local.template import ROOT, TEMPLATE, Template
 from tests.conftest import EVENTS, closed_port, db_rows, drain, new_user
 
@@ -158,19 +159,7 @@ def test_a_message_received_max_receive_count_times_moves_to_the_dlq(sqs: Any, q
 def env_vars_file(tmp_path_factory: pytest.TempPathFactory, creds: Credentials) -> Path:
     """An env-vars file (as for ``sam local --env-vars``) pointing at the suite's services."""
     path = tmp_path_factory.mktemp("runner") / "env.json"
-    parameters = {
-        "REDIS_URL": os.environ["REDIS_URL"],
-        "DB_HOST": creds.host,
-        "DB_PORT": str(creds.port),
-        "DB_NAME": creds.database,
-        "DB_USER": creds.user,
-        "DB_PASSWORD": creds.password,
-        "DB_SECRET_ARN": "",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-        "SECKILL_REFUSAL_CACHE_SECONDS": "0",
-    }
+    parameters = {**local_parameters(os.environ["REDIS_URL"], creds), "SECKILL_REFUSAL_CACHE_SECONDS": "0"}
     path.write_text(json.dumps({"Parameters": parameters}), encoding="utf-8")
     return path
 

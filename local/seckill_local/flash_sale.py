@@ -53,7 +53,7 @@ from seckill.tokens import mint_tokens, store_tokens
 from seckill_local import chaos
 from seckill_local.report import Check, Fault, Outcome, Press, Report, check_invariants, percentiles, render
 from seckill_local.sqs import LOCAL_AWS, sqs_client
-from seckill_local.stack import LocalStack, free_port, preflight
+from seckill_local.stack import LocalStack, free_port, local_parameters, preflight
 from seckill_local.template import ROOT
 
 console = Console(stderr=True)
@@ -371,20 +371,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
         chaos_log = tmp / "chaos.jsonl"
         chaos_log.unlink(missing_ok=True)  # a kept --logs folder may hold an earlier run's
-        parameters = {
-            "REDIS_URL": redis_url,
-            "DB_HOST": creds.host,
-            "DB_PORT": str(creds.port),
-            "DB_NAME": creds.database,
-            "DB_USER": creds.user,
-            "DB_PASSWORD": creds.password,
-            "DB_SECRET_ARN": "",
-            **LOCAL_AWS,
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_METRICS_DISABLED": "true",
-            "POWERTOOLS_LOG_LEVEL": "WARNING",
-        }
-        env_vars: dict[str, Any] = {"Parameters": parameters}
+        env_vars: dict[str, Any] = {"Parameters": local_parameters(redis_url, creds)}
         if args.chaos:
             for function, faults in CHAOS.items():
                 env_vars[function] = {chaos.ENV: json.dumps({**faults, "log": str(chaos_log)})}
