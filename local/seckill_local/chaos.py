@@ -11,7 +11,10 @@ it would in AWS:
 - ``persisterCrash``: share of database commits after which the container dies,
   mid-batch, before it could answer.
 
-Every fault injected is appended as one JSON line to the config's ``log`` file.
+Faults fire only while the config's ``armed`` file exists (the main job arms
+them for the sale and disarms them before draining, so the recovery it then
+checks is not itself under fire). Every fault injected is appended as one
+JSON line to the config's ``log`` file.
 Faults from outside a function (connections killed in MySQL, malformed
 messages, a Redis restart) are injected by the main job itself.
 """
@@ -58,7 +61,11 @@ def install(function: str) -> None:
         return
     config = json.loads(raw)
     log = config["log"]
-    chance = random.Random(os.getpid() ^ time.time_ns())
+    armed = Path(config["armed"])
+    rng = random.Random(os.getpid() ^ time.time_ns())
+
+    def chance() -> float:
+        return rng.random() if armed.exists() else 1.0
 
     send_failure = float(config.get("sendFailure", 0))
     send_crash = float(config.get("sendCrash", 0))
@@ -66,7 +73,7 @@ def install(function: str) -> None:
         import boto3
 
         def before_send(request: Any, **_: Any) -> None:
-            roll = chance.random()
+            roll = chance()
             if roll < send_crash:
                 record(log, "api-crash-before-send", function=function)
                 os._exit(CRASH_EXIT_CODE)
@@ -85,7 +92,7 @@ def install(function: str) -> None:
 
         def commit_then_maybe_crash(self: Any) -> None:
             commit(self)
-            if chance.random() < persister_crash:
+            if chance() < persister_crash:
                 record(log, "persister-crash-mid-batch", function=function)
                 os._exit(CRASH_EXIT_CODE)
 

@@ -63,6 +63,7 @@ CHAOS = {
     "SeckillApiFunction": {"sendFailure": 0.05, "sendCrash": 0.02},
     "OrderPersisterFunction": {"persisterCrash": 0.03},
 }
+ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' faults fire
 RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
@@ -279,6 +280,8 @@ def fire_with_chaos(
     trigger = threading.Event()
     restarter = threading.Thread(target=lambda: trigger.wait() and restart_redis(sale, tokens), daemon=True)
     restarter.start()
+    armed = sale.workdir / ARMED
+    armed.touch()
     spare = {sale.db.connection().thread_id()}
     stop = threading.Event()
     reconciler = threading.Thread(target=reconcile_periodically, args=(sale, stop, reconciled), daemon=True)
@@ -296,6 +299,7 @@ def fire_with_chaos(
         )
         trigger.set()
         restarter.join()
+    armed.unlink()
     stop.set()
     reconciler.join()
     return result
@@ -374,7 +378,8 @@ def run(args: argparse.Namespace) -> int:
         env_vars: dict[str, Any] = {"Parameters": local_parameters(redis_url, creds)}
         if args.chaos:
             for function, faults in CHAOS.items():
-                env_vars[function] = {chaos.ENV: json.dumps({**faults, "log": str(chaos_log)})}
+                config = {**faults, "log": str(chaos_log), "armed": str(tmp / ARMED)}
+                env_vars[function] = {chaos.ENV: json.dumps(config)}
         stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
         redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
         http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
