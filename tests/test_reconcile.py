@@ -324,3 +324,28 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
     assert confirmed(db, voucher_id) == 60
     assert stocks(db, redis, voucher_id) == (0, 0)
     assert redis.hlen(keys.pending(voucher_id)) == 0
+
+
+def test_a_lost_voucher_is_rebuilt_only_once_the_queue_is_drained(
+    gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """Orders still on the queue are not in MySQL yet: rebuilding before they land
+    would count them as unsold. Until then the gate keeps answering 503."""
+    voucher_id = make_voucher(stock=3)
+    win(gate, voucher_id)  # accepted; its message is still on its way
+    lose_redis_state(redis, voucher_id)
+    try:
+        deferred = run(voucher_id, drained=False)
+        assert deferred.rebuild_deferred
+        assert not deferred.rebuilt
+        assert not redis.exists(keys.stock(voucher_id))
+        with pytest.raises(SeckillError) as refused:
+            gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
+        assert refused.value.code == "TRY_AGAIN"
+
+        rebuilt = run(voucher_id, drained=True)
+        assert rebuilt.rebuilt
+        assert not rebuilt.rebuild_deferred
+        assert stocks(db, redis, voucher_id) == (3, 3)
+    finally:
+        redis.set(keys.loaded(), 1)

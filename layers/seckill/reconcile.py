@@ -2,7 +2,9 @@
 
 Safe at any time, alongside live traffic, and any number of times in a row:
 
-1. a voucher on sale whose Redis state is gone is rebuilt from MySQL;
+1. a voucher on sale whose Redis state is gone is rebuilt from MySQL, once the
+   queue is drained (orders still on their way would otherwise count as
+   unsold); until then the gate answers 503 TRY_AGAIN for it;
 2. a reservation pending longer than ``pending_age`` (far beyond any request's
    lifetime, so no live request still owns it) is
    - cleared, if MySQL has already decided its order;
@@ -44,6 +46,7 @@ ENDED_WITHIN = timedelta(days=1)
 class VoucherReconciled:
     voucher_id: int
     rebuilt: bool = False
+    rebuild_deferred: bool = False  # lost from Redis, but orders are still on the queue
     requeued: list[str] = field(default_factory=list)  # order ids
     released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
@@ -61,6 +64,7 @@ class Reconciled:
         return {
             "vouchers": len(v),
             "rebuilt": sum(x.rebuilt for x in v),
+            "deferred": sum(x.rebuild_deferred for x in v),
             "requeued": sum(len(x.requeued) for x in v),
             "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
@@ -132,16 +136,19 @@ def reconcile(
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
         result = VoucherReconciled(voucher_id)
-        rebuilt = restore(db, gate.redis, scripts, voucher_id, "missing")
+        rebuilt = restore(db, gate.redis, scripts, voucher_id, "missing" if drained else "check")
         if rebuilt is None:
             continue  # not a seckill voucher MySQL knows
+        results.append(result)
+        if rebuilt.redis_stock is None and not drained:
+            result.rebuild_deferred = True
+            continue
         result.rebuilt = rebuilt.applied
         resolve_pending(db, gate, queue, voucher_id, older_than_ms, result)
         mode = "repair" if drained and repair else "check"
         result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
-        results.append(result)
-    if voucher_ids is None:
+    if voucher_ids is None and not any(r.rebuild_deferred for r in results):
         gate.redis.set(keys.loaded(), 1)  # every voucher on sale is in Redis now
     return Reconciled(drained, results)
 
