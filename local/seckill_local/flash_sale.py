@@ -63,6 +63,7 @@ CHAOS = {
     "SeckillApiFunction": {"sendFailure": 0.05, "sendCrash": 0.02},
     "OrderPersisterFunction": {"persisterCrash": 0.03},
 }
+TRY_AGAIN_RETRIES = 10  # how often the client app repeats a press answered 503 TRY_AGAIN
 ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' faults fire
 RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
@@ -93,7 +94,7 @@ def fire(
     task = progress.add_task("firing presses", total=len(plan))
     done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
 
-    def press(user_id: int) -> Press:
+    def attempt(user_id: int) -> Press:
         started = time.perf_counter()
         try:
             response = http.request("POST", url, headers={"authorization": tokens[user_id]})
@@ -101,16 +102,23 @@ def fire(
             payload = json.loads(response.data) if response.data else {}
             order = payload.get("data") if response.status == 202 else None
             code = payload.get("code") or payload.get("message")
-            result = Press(user_id, response.status, code, order, elapsed)
+            return Press(user_id, response.status, code, order, elapsed)
         except Exception as exc:
-            result = Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000)
+            return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000)
+
+    def press(user_id: int) -> list[Press]:
+        """One press, as the app would make it: 503 TRY_AGAIN is retried after a short pause."""
+        attempts = [attempt(user_id)]
+        while attempts[-1].code == "TRY_AGAIN" and len(attempts) <= TRY_AGAIN_RETRIES:
+            time.sleep(random.uniform(0.1, 0.4))
+            attempts.append(attempt(user_id))
         progress.advance(task)
         on_press(next(done))
-        return result
+        return attempts
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(press, plan))
+        results = [a for attempts in pool.map(press, plan) for a in attempts]
     return results, time.perf_counter() - started
 
 
