@@ -91,6 +91,20 @@ def redis(settings: Settings) -> Any:
     return client
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_voucher_keys_left(creds: Credentials, redis: Any) -> Iterator[None]:
+    """At the end, the Redis keys of every voucher the suite's database holds are removed,
+    including those a rebuild brought back after a test had cleaned up."""
+    yield
+    conn = connect(creds)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT voucher_id FROM tb_seckill_voucher")
+        voucher_ids = [int(row["voucher_id"]) for row in cursor.fetchall()]
+    conn.close()
+    for voucher_id in voucher_ids:
+        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+
+
 @pytest.fixture(scope="session")
 def scripts(redis: Any) -> Scripts:
     return Scripts.register(redis)

@@ -1,0 +1,122 @@
+"""The operator's and developer's commands, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seckill import keys
+from seckill.db import Credentials
+from seckill.gate import Gate
+from seckill.tokens import user_for_token
+from tests.conftest import closed_port, new_user
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)  # noqa: S603
+
+
+def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
+    """The suite's own database, Redis and SQS endpoint (conftest set them in os.environ)."""
+    return {**os.environ, "DB_NAME": creds.database, **extra}
+
+
+def test_seckill_tokens_mints_users_into_redis_and_a_file(tmp_path: Path, redis: Any) -> None:
+    out, first = tmp_path / "tokens.txt", new_user()
+    done = run(
+        "-m",
+        "seckill_local.tokens",
+        "--count",
+        "5",
+        "--first-user",
+        str(first),
+        "--out",
+        str(out),
+        "--with-user-ids",
+        "--ttl",
+        "60",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.split(",") for line in out.read_text().splitlines()]
+    try:
+        assert [int(user) for user, _ in lines] == list(range(first, first + 5))
+        assert all(user_for_token(redis, token) == int(user) for user, token in lines)
+        assert 0 < redis.ttl(keys.login_token(lines[0][1])) <= 60
+    finally:
+        redis.delete(*(keys.login_token(token) for _, token in lines))
+    assert "5 tokens for users" in done.stdout
+
+
+def test_seckill_tokens_says_when_redis_is_unreachable(tmp_path: Path) -> None:
+    done = run(
+        "-m",
+        "seckill_local.tokens",
+        "--count",
+        "1",
+        "--out",
+        str(tmp_path / "t.txt"),
+        "--redis-url",
+        f"redis://127.0.0.1:{closed_port()}/0",
+    )
+    assert done.returncode == 2
+    assert "cannot write tokens to Redis" in done.stderr
+
+
+def test_reconcile_command_releases_a_stale_reservation(
+    creds: Credentials, gate: Gate, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    voucher_id, user = make_voucher(stock=2), new_user()
+    gate.reserve(voucher_id, user, uuid.uuid4().hex)  # the request died before its order id
+    env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"])
+    done = run("-m", "seckill.reconcile", "--voucher", str(voucher_id), "--pending-age", "0", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["queueDrained"] is True
+    assert result["totals"]["released"] == 1
+    assert redis.get(keys.stock(voucher_id)) == "2"
+
+
+def test_reconcile_command_needs_the_queue(creds: Credentials) -> None:
+    done = run("-m", "seckill.reconcile", env=service_env(creds, ORDER_QUEUE_URL=""))
+    assert done.returncode == 2
+    assert "ORDER_QUEUE_URL" in done.stderr
+
+
+def test_recovery_command_rebuilds_a_lost_voucher(
+    creds: Credentials, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    voucher_id = make_voucher(stock=4)
+    redis.delete(keys.stock(voucher_id), keys.window(voucher_id))
+    env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"])
+    done = run("-m", "seckill.recovery", "--wait-for-queue", "5", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"voucher {voucher_id}: stock None -> 4" in done.stdout
+    assert redis.get(keys.stock(voucher_id)) == "4"
+    assert redis.hlen(keys.window(voucher_id)) == 2
+
+
+def test_migrate_command_applies_the_schema(creds: Credentials) -> None:
+    done = run("-m", "seckill.migrate", env=service_env(creds))
+    assert done.returncode == 0, done.stderr
+    assert f"schema applied to {creds.database}" in done.stdout
+
+
+def test_every_command_has_help() -> None:
+    for module in (
+        "seckill.migrate",
+        "seckill.reconcile",
+        "seckill.recovery",
+        "seckill_local.tokens",
+        "seckill_local.runner",
+        "seckill_local.flash_sale",
+    ):
+        done = run("-m", module, "--help")
+        assert done.returncode == 0, module
+        assert "usage:" in done.stdout
