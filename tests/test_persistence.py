@@ -20,7 +20,7 @@ from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import MalformedMessage, OrderMessage
-from seckill.persistence import Decision, persist_order
+from seckill.persistence import Decision, OrderIdConflict, persist_order
 from seckill.timeutil import from_ms, to_db
 from tests.conftest import db_rows, new_user
 
@@ -351,3 +351,20 @@ def test_offset_times_are_kept_as_the_same_instant() -> None:
 def test_from_json_rejects_malformed_bodies(body: str) -> None:
     with pytest.raises(MalformedMessage):
         OrderMessage.from_json(body)
+
+
+def test_an_order_id_held_by_another_order_is_never_taken_for_a_redelivery(
+    db: Database, gate: Gate, make_voucher: Callable[..., int]
+) -> None:
+    """If the id counter ever went back (Redis lost it within the same second), a new
+    order could arrive under a stored order's id: it must fail loudly (SQS retries,
+    then the DLQ and its alarm), not be absorbed as a redelivery and lost."""
+    voucher_id = make_voucher(stock=5)
+    first = accepted(gate, voucher_id)
+    assert persist_order(db, gate, first).status == "CONFIRMED"
+    clash = replace(first, user_id=new_user())
+    with pytest.raises(OrderIdConflict):
+        persist_order(db, gate, clash)
+    assert [row["user_id"] for row in orders(db, id=first.order_id)] == [first.user_id]
+    assert rejection(db, first.order_id) is None
+    assert db_stock(db, voucher_id) == 4

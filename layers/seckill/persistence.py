@@ -30,8 +30,14 @@ class _Refused(Exception):
         self.reason = reason
 
 
-class _AlreadyStored(Exception):
+class _Duplicate(Exception):
     pass
+
+
+class OrderIdConflict(RuntimeError):
+    """Another order is stored under this order id: the id counter went back (a Redis
+    failover or restart within the same second). Never absorbed as a redelivery: the
+    record fails, reaches the DLQ and its alarm, and waits for an operator."""
 
 
 def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
@@ -64,9 +70,7 @@ def _decide(db: Database, m: OrderMessage) -> Decision:
             except pymysql.err.IntegrityError as exc:
                 if exc.args[0] != DUPLICATE_KEY:
                     raise
-                if "uk_user_voucher" in str(exc.args[1]):
-                    raise _Refused("DUPLICATE_ORDER") from exc
-                raise _AlreadyStored from exc
+                raise _Duplicate from exc
             cursor.execute(
                 "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = %s AND stock > 0",
                 (m.voucher_id,),
@@ -75,15 +79,27 @@ def _decide(db: Database, m: OrderMessage) -> Decision:
                 cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s", (m.voucher_id,))
                 raise _Refused("SOLD_OUT" if cursor.fetchone() else "VOUCHER_NOT_FOUND")
         return Decision(CONFIRMED)
-    except _AlreadyStored:
-        return Decision(CONFIRMED, changed=False)
-    except _Refused as refused:
-        # The order's transaction rolled back; the refusal is recorded on its own.
+    except _Duplicate:
+        # Which key? Judge by what is stored under this order id, not by the error text.
         with db.transaction() as cursor:
-            cursor.execute(
-                "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"
-                " VALUES (%s, %s, %s, %s)",
-                (m.order_id, m.user_id, m.voucher_id, refused.reason),
-            )
-            recorded = cursor.rowcount == 1
-        return Decision(FAILED, refused.reason, changed=recorded)
+            cursor.execute("SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = %s", (m.order_id,))
+            stored = cursor.fetchone()
+        if stored is None:
+            return _refuse(db, m, "DUPLICATE_ORDER")  # the user holds another order of this voucher
+        if (int(stored["user_id"]), int(stored["voucher_id"])) != (m.user_id, m.voucher_id):
+            raise OrderIdConflict(f"order id {m.order_id} already belongs to another order") from None
+        return Decision(CONFIRMED, changed=False)  # a redelivery
+    except _Refused as refused:
+        return _refuse(db, m, refused.reason)
+
+
+def _refuse(db: Database, m: OrderMessage, reason: str) -> Decision:
+    """The order's transaction rolled back; the refusal is recorded on its own."""
+    with db.transaction() as cursor:
+        cursor.execute(
+            "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"
+            " VALUES (%s, %s, %s, %s)",
+            (m.order_id, m.user_id, m.voucher_id, reason),
+        )
+        recorded = cursor.rowcount == 1
+    return Decision(FAILED, reason, changed=recorded)
