@@ -29,7 +29,7 @@ from seckill.timeutil import from_ms
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool
-from seckill_local.runner import Runner
+from seckill_local.runner import Runner, rate_seconds, scheduled_event
 from seckill_local.sqs import ensure_queues
 from seckill_local.stack import local_parameters
 from seckill_local.template import ROOT, TEMPLATE, Template
@@ -471,3 +471,50 @@ def test_seckill_local_invoke_keeps_function_logs_off_stdout(
     assert json.loads(result["body"])["code"] == "INTERNAL_ERROR"
     assert "Traceback" not in result["body"]
     assert "unhandled error" in done.stderr
+
+
+# --- scheduled functions -----------------------------------------------------------------------
+
+
+def test_template_schedules_are_read(template: Template) -> None:
+    (schedule,) = template.functions["ReconcilerFunction"].schedules
+    assert template.resolve(schedule["Schedule"], {}) == "rate(5 minutes)"
+
+
+@pytest.mark.parametrize(
+    ("expression", "seconds"),
+    [("rate(1 minute)", 60), ("rate(5 minutes)", 300), ("rate(2 hours)", 7200), ("cron(0 12 * * ? *)", None)],
+)
+def test_rate_expressions(expression: str, seconds: int | None) -> None:
+    assert rate_seconds(expression) == seconds
+
+
+def test_scheduled_event_is_eventbridges_or_the_targets_input() -> None:
+    assert scheduled_event({})["detail-type"] == "Scheduled Event"
+    assert scheduled_event({"Input": '{"pendingAgeSeconds": 30}'}) == {"pendingAgeSeconds": 30}
+
+
+def test_seckill_local_schedule_once_runs_the_reconciler(
+    tmp_path: Path, env_vars_file: Path, sqs_endpoint: str, sqs: Any
+) -> None:
+    prefix = f"sched{uuid.uuid4().hex[:8]}-"
+    command = [str(SECKILL_LOCAL), "schedule", "--once", "--env-vars", str(env_vars_file)]
+    command += ["--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)  # noqa: S603
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert line["function"] == "ReconcilerFunction"
+    assert line["result"]["queueDrained"] is True
+    assert set(line["result"]["totals"]) >= {"vouchers", "requeued", "released", "repaired"}
+
+
+def test_seckill_local_says_when_sqs_is_unreachable(env_vars_file: Path) -> None:
+    command = [str(SECKILL_LOCAL), "schedule", "--once", "--env-vars", str(env_vars_file)]
+    command += ["--sqs-endpoint", f"http://127.0.0.1:{closed_port()}"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)  # noqa: S603
+    assert done.returncode == 2
+    assert "cannot reach SQS" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -4,6 +4,7 @@
   seckill-local invoke LogicalId -e event.json --env-vars events/env.json
   seckill-local start-api --env-vars events/env.json      the HTTP API on localhost
   seckill-local feed --env-vars events/env.json           OrderQueue -> persister
+  seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.
 """
@@ -15,12 +16,17 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
@@ -160,14 +166,85 @@ def cmd_feed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_signal() -> None:
+def rate_seconds(expression: str) -> float | None:
+    """``rate(5 minutes)`` in seconds; None for what is not a rate (cron)."""
+    found = re.fullmatch(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)", expression.strip())
+    if found is None:
+        return None
+    unit = {"minute": 60, "hour": 3600, "day": 86400}[found[2].rstrip("s")]
+    return int(found[1]) * unit
+
+
+def scheduled_event(props: dict[str, Any]) -> dict[str, Any]:
+    """What EventBridge delivers: the target's Input if it has one, else a Scheduled Event."""
+    if props.get("Input"):
+        return dict(json.loads(props["Input"]))
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "resources": [],
+        "detail": {},
+    }
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    runner = Runner(args)
+    jobs: list[tuple[Function, dict[str, Any], float]] = []
+    for fn in runner.template.functions.values():
+        for props in fn.schedules:
+            expression = runner.template.resolve(props.get("Schedule") or props.get("ScheduleExpression"), {}) or ""
+            every = args.every or rate_seconds(expression)
+            if every is None and not args.once:
+                print(f"{fn.logical_id}: {expression!r} is not a rate; give --every SECONDS", file=sys.stderr)
+                return 2
+            jobs.append((fn, props, every or 0.0))
+    if not jobs:
+        print("no scheduled functions in the template", file=sys.stderr)
+        return 1
+    pools = {fn.logical_id: runner.pool(fn.logical_id, 1) for fn, _, _ in jobs}
+    due = dict.fromkeys(range(len(jobs)), 0.0)
+    failed = False
+    try:
+        while True:
+            now = time.monotonic()
+            for index, (fn, props, every) in enumerate(jobs):
+                if due[index] > now:
+                    continue
+                due[index] = now + every
+                try:
+                    result = pools[fn.logical_id].invoke(scheduled_event(props))
+                    print(json.dumps({"function": fn.logical_id, "result": result}), flush=True)
+                except Exception as exc:
+                    failed = True
+                    print(f"{fn.logical_id} failed: {exc!r}", file=sys.stderr, flush=True)
+            if args.once:
+                return 1 if failed else 0
+            print(f"next run in {min(due.values()) - time.monotonic():.0f} s (Ctrl-C to stop)", file=sys.stderr)
+            if _wait_for_signal(timeout=max(0.0, min(due.values()) - time.monotonic())):
+                return 0
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def _wait_for_signal(timeout: float | None = None) -> bool:
+    """Until SIGTERM or Ctrl-C (True), or ``timeout`` seconds (False)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while not stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
+    return True
 
 
 def parser() -> argparse.ArgumentParser:
@@ -204,6 +281,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(run=cmd_start_api)
 
+    p = sub.add_parser("schedule", parents=[common], help="run the template's scheduled functions on their rate")
+    p.add_argument("--every", type=float, help="seconds between runs, instead of the template's rate")
+    p.add_argument("--once", action="store_true", help="run each scheduled function once, print its result, exit")
+    p.set_defaults(run=cmd_schedule)
+
     p = sub.add_parser("feed", parents=[common], help="feed the template's SQS event sources to their functions")
     p.add_argument("--visibility-timeout", type=int, help="override the template's (seconds), for quick retries")
     p.set_defaults(run=cmd_feed)
@@ -212,7 +294,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except EndpointConnectionError:
+        print(f"cannot reach SQS at {args.sqs_endpoint}: start it with `seckill-local start-sqs`", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

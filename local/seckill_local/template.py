@@ -56,6 +56,7 @@ class Function:
     environment: dict[str, Any]
     routes: list[Route] = field(default_factory=list)
     sqs_events: list[dict[str, Any]] = field(default_factory=list)
+    schedules: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Template:
             props = resource.get("Properties", {})
             env = dict(globals_.get("Environment", {}).get("Variables", {}))
             env.update(props.get("Environment", {}).get("Variables", {}))
-            routes, sqs_events = [], []
+            routes, sqs_events, schedules = [], [], []
             for event in props.get("Events", {}).values():
                 if event.get("Type") == "HttpApi":
                     p = event["Properties"]
@@ -84,6 +85,8 @@ class Template:
                     routes.append(_route(p["Method"], p["Path"], auth))
                 elif event.get("Type") == "SQS":
                     sqs_events.append(event["Properties"])
+                elif event.get("Type") in {"Schedule", "ScheduleV2"}:
+                    schedules.append(event["Properties"])
             functions[logical_id] = Function(
                 logical_id=logical_id,
                 code_uri=(path.parent / props["CodeUri"]).resolve(),
@@ -92,6 +95,7 @@ class Template:
                 environment=env,
                 routes=routes,
                 sqs_events=sqs_events,
+                schedules=schedules,
             )
         return cls(data, functions, parameters)
 
