@@ -9,7 +9,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,11 +18,11 @@ from seckill import keys
 from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate, Reservation
-from seckill.ids import next_order_id
+from seckill.ids import SEQUENCE_MASK, day_key, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
 from seckill.reconcile import reconcile
-from seckill.recovery import rebuild, restore
+from seckill.recovery import rebuild, restore, restore_order_counter
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 from tests.conftest import db_rows, drain, new_user
@@ -349,3 +349,25 @@ def test_a_lost_voucher_is_rebuilt_only_once_the_queue_is_drained(
         assert stocks(db, redis, voucher_id) == (3, 3)
     finally:
         redis.set(keys.loaded(), 1)
+
+
+def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
+    gate: Gate, db: Database, redis: Any, scripts: Scripts, make_voucher: Callable
+) -> None:
+    """A restart resets ``icr:order:<day>`` to nothing: ids made in the same second
+    would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
+    voucher_id = make_voucher(stock=3)
+    reservation, order_id = win(gate, voucher_id)
+    persist_order(db, gate, OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    key = day_key(datetime.now(UTC))
+    before = int(redis.get(key))
+    try:
+        redis.delete(key)
+        assert restore_order_counter(db, scripts) >= order_id & SEQUENCE_MASK
+        assert int(redis.get(key)) >= order_id & SEQUENCE_MASK
+        # Never lowered: a counter already past MySQL stays where it is.
+        redis.set(key, before + 1000)
+        assert restore_order_counter(db, scripts) == before + 1000
+    finally:
+        redis.set(key, max(before, int(redis.get(key) or 0)))
+    assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK

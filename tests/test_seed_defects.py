@@ -157,6 +157,12 @@ def test_seed_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, 
     # MySQL holds user's order (stock 1): {written 0, Redis stock 1, expected 1, buyers +0, -0}.
     check = run("restore", all_keys, "check", 1, begin, end, json.dumps([user]), json.dumps([order_id]))
     assert check == [0, 1, 1, 0, 0]
+    counter = f"icr:order:test:{uuid.uuid4().hex}"  # not today's real counter
+    try:
+        assert run("counter_floor", [counter], 7) == 7
+        assert run("counter_floor", [counter], 3) == 7  # never lowered
+    finally:
+        redis.delete(counter)
     assert ran == {path.stem for path in lua_dir().glob("*.lua")}
 
 

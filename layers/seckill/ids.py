@@ -15,6 +15,7 @@ from seckill.errors import BadRequest
 
 BEGIN_EPOCH = 1640995200  # 2022-01-01T00:00:00Z
 COUNT_BITS = 32
+SEQUENCE_MASK = (1 << COUNT_BITS) - 1
 MAX_ID = 2**63 - 1
 _POSITIVE = re.compile(r"[1-9][0-9]{0,18}")
 

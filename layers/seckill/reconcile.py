@@ -33,7 +33,7 @@ from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate, Reservation
 from seckill.messages import OrderMessage, OrderQueue, queue_depth
-from seckill.recovery import Restored, restore, voucher_ids_on_sale
+from seckill.recovery import Restored, restore, restore_order_counter, voucher_ids_on_sale
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 
@@ -133,6 +133,8 @@ def reconcile(
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
     seconds, micros = gate.redis.time()
     older_than_ms = seconds * 1000 + micros // 1000 - int(pending_age.total_seconds() * 1000)
+    if drained and not gate.redis.exists(keys.loaded()):
+        restore_order_counter(db, scripts)  # Redis lost its data: the id counter too
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
         result = VoucherReconciled(voucher_id)

@@ -27,6 +27,7 @@ from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
+from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK, day_key
 from seckill.messages import wait_drained
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
@@ -92,9 +93,27 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
     )
 
 
+def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None = None) -> int:
+    """Raise today's order-id counter to the largest sequence MySQL holds for today,
+    so ids made after a loss never repeat ids already handed out."""
+    now = now or datetime.now(UTC)
+    day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    first_id = (int(day_start.timestamp()) - BEGIN_EPOCH) << COUNT_BITS
+    with db.transaction() as cursor:
+        cursor.execute(
+            "SELECT GREATEST(COALESCE((SELECT MAX(id & %s) FROM tb_voucher_order WHERE id >= %s), 0),"
+            " COALESCE((SELECT MAX(order_id & %s) FROM tb_voucher_order_rejection WHERE order_id >= %s), 0)) AS seq",
+            (SEQUENCE_MASK, first_id, SEQUENCE_MASK, first_id),
+        )
+        floor = int(cursor.fetchone()["seq"])
+    return int(scripts.counter_floor(keys=[day_key(now)], args=[floor]))
+
+
 def rebuild(db: Database, redis: Any, scripts: Scripts, *, force: bool = False) -> list[Restored]:
-    """Every voucher on sale whose Redis state is missing (or, with ``force``, every one)."""
+    """Every voucher on sale whose Redis state is missing (or, with ``force``, every one),
+    and the order-id counter."""
     mode: Mode = "repair" if force else "missing"
+    restore_order_counter(db, scripts)
     results = [restore(db, redis, scripts, v, mode) for v in voucher_ids_on_sale(db)]
     redis.set(keys.loaded(), 1)
     return [r for r in results if r is not None]

@@ -32,8 +32,9 @@ class Scripts:
     release: Script
     settle: Script
     restore: Script
+    counter_floor: Script
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        names = ("gate", "attach", "release", "settle", "restore")
+        names = ("gate", "attach", "release", "settle", "restore", "counter_floor")
         return cls(**{name: redis.register_script(read_script(name)) for name in names})
