@@ -8,10 +8,11 @@ pinged (and reconnected) before use.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -82,13 +83,16 @@ def connect(creds: Credentials, *, database: bool = True) -> pymysql.Connection:
 class Database:
     """Thread-safe handle: each thread gets its own connection."""
 
-    def __init__(self, creds: Credentials) -> None:
-        self.creds = creds
+    def __init__(self, creds: Credentials | Callable[[], Credentials]) -> None:
+        # Resolved at each new connection, not at import: a cold start that only
+        # serves the gate never waits for Secrets Manager, and a rotated secret is
+        # picked up (get_secret caches it for 5 minutes).
+        self._creds = creds if callable(creds) else lambda: creds
         self._local = threading.local()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        return cls(credentials(settings))
+        return cls(functools.partial(credentials, settings))
 
     def connection(self) -> pymysql.Connection:
         conn: pymysql.Connection | None = getattr(self._local, "conn", None)
@@ -100,7 +104,7 @@ class Database:
                 self.close()  # gone while idle: start afresh
                 conn = None
         if conn is None:
-            conn = connect(self.creds)
+            conn = connect(self._creds())
             self._local.conn = conn
         self._local.used = now
         return conn
