@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import redis as redis_lib
 
 from seckill import keys
 from seckill.db import Credentials, Database
@@ -673,3 +674,56 @@ def test_unknown_route_is_404(call: Callable[[dict[str, Any]], dict[str, Any]], 
     response = call(event)
     assert response["statusCode"] == 404, response
     assert body(response)["success"] is False
+
+
+def test_a_decided_order_is_answered_from_redis_without_mysql(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    handlers: dict[str, Handler],
+    context: Any,
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    sqs: Any,
+    creds: Credentials,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients poll: once the persister has committed an order, its hint says so, and
+    the polls stop reaching MySQL (here unreachable) until the hint expires."""
+    voucher_id, user_id = make_voucher(stock=2), new_user()
+    order_id = body(buy(voucher_id, user_id))["data"]
+    persist(handlers, context, sqs, order_queue)
+    through_mysql = body(call(status_event(order_id, user_id)))["data"]
+
+    module = module_of(handlers["SeckillApiFunction"])
+    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
+    monkeypatch.setattr(module, "db", Database(unreachable))
+    response = call(status_event(order_id, user_id))
+    assert response["statusCode"] == 200, response
+    assert body(response)["data"] == through_mysql
+    assert through_mysql["status"] == "CONFIRMED"
+    # Another user still learns nothing.
+    expect_refusal(call(status_event(order_id, new_user())), 500, "INTERNAL_ERROR")
+
+
+def test_the_status_route_needs_no_redis_to_be_right(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    handlers: dict[str, Handler],
+    context: Any,
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    sqs: Any,
+    redis: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    voucher_id, user_id = make_voucher(stock=2), new_user()
+    order_id = body(buy(voucher_id, user_id))["data"]
+    persist(handlers, context, sqs, order_queue)
+    redis.delete(keys.order_status(int(order_id)))  # the hint expired or was lost
+    assert body(call(status_event(order_id, user_id)))["data"]["status"] == "CONFIRMED"
+
+    module = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
+    response = call(status_event(order_id, user_id))
+    assert response["statusCode"] == 200, response
+    assert body(response)["data"]["status"] == "CONFIRMED"

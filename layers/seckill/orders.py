@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import keys
@@ -42,7 +43,7 @@ def place_order(gate: Gate, queue: OrderQueue, voucher_id: int, user_id: int, *,
         accepted_at = from_ms(reservation.accepted_ms)
         if not gate.attach(reservation, order_id):
             raise RuntimeError("the reservation vanished before its order id was recorded")
-        hint = {"userId": user_id, "voucherId": voucher_id, "createdAt": iso(accepted_at)}
+        hint = _status(order_id, voucher_id, user_id, PENDING, None, iso(accepted_at))
         gate.redis.set(keys.order_status(order_id), json.dumps(hint), ex=status_ttl)
         queue.send(OrderMessage(order_id, user_id, voucher_id, accepted_at))
     except Exception as exc:
@@ -63,11 +64,39 @@ def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None
         log.exception("could not release reservation %s", reservation)
 
 
+def record_decision(redis: Any, order_id: int, user_id: int, voucher_id: int, status: str, reason: str | None) -> None:
+    """Turn an order's status hint into its final status, once MySQL has committed it,
+    so that polling clients stop reaching MySQL. Only an existing hint is updated, and
+    it keeps its time to live."""
+    created = order_id_time(order_id) if status == FAILED else None
+    hint = redis.get(keys.order_status(order_id))
+    if not hint:
+        return
+    data = json.loads(hint)
+    final = _status(order_id, voucher_id, user_id, status, reason, iso(created) if created else data.get("createdAt"))
+    redis.set(keys.order_status(order_id), json.dumps(final), xx=True, keepttl=True)
+
+
+def _hint(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:
+    """The order's status hint, if Redis has one for this user (and answers at all)."""
+    try:
+        raw = redis.get(keys.order_status(order_id))
+    except RedisError:
+        return None  # MySQL answers alone
+    data = json.loads(raw) if raw else None
+    return data if data and data.get("userId") == user_id else None
+
+
 def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
-    """The database decides CONFIRMED/FAILED; Redis only knows what is still PENDING.
+    """A final status (CONFIRMED/FAILED) comes from the hint the persister wrote after
+    MySQL committed it, or from MySQL itself; PENDING only from the hint, when MySQL
+    has not decided yet. Redis is never needed for a correct answer.
 
     Another user's order is reported exactly like an unknown one.
     """
+    hint = _hint(redis, order_id, user_id)
+    if hint is not None and hint.get("status") in {CONFIRMED, FAILED}:
+        return hint
     with db.transaction() as cursor:
         cursor.execute(
             "SELECT user_id, voucher_id, create_time FROM tb_voucher_order WHERE id = %s AND user_id = %s",
@@ -87,11 +116,8 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
         # A rejection's own time is when MySQL refused it; the order was made when its id was.
         created = from_db(row["create_time"]) if status == CONFIRMED else order_id_time(order_id)
         return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(created))
-    hint = redis.get(keys.order_status(order_id))
-    if hint:
-        data = json.loads(hint)
-        if data.get("userId") == user_id:
-            return _status(order_id, int(data["voucherId"]), user_id, PENDING, None, data.get("createdAt"))
+    if hint is not None:
+        return _status(order_id, int(hint["voucherId"]), user_id, PENDING, None, hint.get("createdAt"))
     raise NotFound("order not found", code="ORDER_NOT_FOUND")
 
 

@@ -10,7 +10,7 @@ import pymysql
 from seckill.db import Database
 from seckill.gate import Gate
 from seckill.messages import OrderMessage
-from seckill.orders import CONFIRMED, FAILED
+from seckill.orders import CONFIRMED, FAILED, record_decision
 from seckill.timeutil import to_db
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,13 @@ def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
     decision = _decide(db, message)
     try:
         gate.settle(message.voucher_id, message.user_id, message.order_id)
+        record_decision(
+            gate.redis, message.order_id, message.user_id, message.voucher_id, decision.status, decision.reason
+        )
     except Exception:
-        # The database already holds the truth; reconciliation clears stale marks.
-        log.warning("could not clear the pending mark of order %s", message.order_id, exc_info=True)
+        # The database already holds the truth; reconciliation clears stale marks,
+        # and the status route asks MySQL when the hint is not final.
+        log.warning("could not update Redis for order %s", message.order_id, exc_info=True)
     return decision
 
 
