@@ -64,7 +64,7 @@ def queue(sqs: Any, queues: dict[str, str]) -> OrderQueue:
 @pytest.fixture
 def run(db: Database, gate: Gate, scripts: Scripts, queue: OrderQueue) -> Callable[..., Any]:
     def run(voucher_id: int, *, drained: bool = True, pending_age: timedelta = NOW) -> Any:
-        result = reconcile(db, gate, scripts, queue, drained=drained, pending_age=pending_age, voucher_ids=[voucher_id])
+        result = reconcile(db, gate, queue, drained=drained, pending_age=pending_age, voucher_ids=[voucher_id])
         return result.vouchers[0]
 
     return run
@@ -295,7 +295,7 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
 
     def reconcile_loop() -> None:
         while not stop.is_set():
-            result = reconcile(db, gate, scripts, queue, drained=True, voucher_ids=[voucher_id])
+            result = reconcile(db, gate, queue, drained=True, voucher_ids=[voucher_id])
             passes.append(result.vouchers[0])
 
     def buyer(users: list[int]) -> list[str]:

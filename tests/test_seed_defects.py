@@ -264,7 +264,7 @@ def test_seed_crash_between_gate_and_send_with_an_order_id_is_requeued(
     message = accept(gate, voucher_id)  # ...and nothing was sent
 
     queue = OrderQueue(sqs, queue_url)
-    result = reconcile(db, gate, scripts, queue, drained=False, pending_age=timedelta(0), voucher_ids=[voucher_id])
+    result = reconcile(db, gate, queue, drained=False, pending_age=timedelta(0), voucher_ids=[voucher_id])
 
     assert result.vouchers[0].requeued == [str(message.order_id)]
     assert poll(queue_url) == ([message.to_json()], [])
@@ -286,7 +286,7 @@ def test_seed_crash_between_gate_and_send_without_an_order_id_is_released(
     assert redis.get(keys.stock(voucher_id)) == "2"
 
     queue = OrderQueue(sqs, queue_url)
-    result = reconcile(db, gate, scripts, queue, drained=True, pending_age=timedelta(0), voucher_ids=[voucher_id])
+    result = reconcile(db, gate, queue, drained=True, pending_age=timedelta(0), voucher_ids=[voucher_id])
 
     assert (result.vouchers[0].released, result.vouchers[0].requeued) == ([user_id], [])
     assert queue_depth(sqs, queue_url) == 0
@@ -309,7 +309,7 @@ def test_seed_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained
 
     def run() -> Any:
         drained = queue_depth(sqs, queue_url) == 0
-        return reconcile(db, gate, scripts, queue, drained=drained, voucher_ids=[voucher_id]).vouchers[0]
+        return reconcile(db, gate, queue, drained=drained, voucher_ids=[voucher_id]).vouchers[0]
 
     reported = run()  # the order is still on the queue
     assert (reported.drift.drifted, reported.repaired) == (True, False)

@@ -30,8 +30,7 @@ warnings.filterwarnings("ignore", "No application metrics to publish", UserWarni
 
 settings = Settings.from_env()
 redis = redis_client(settings)
-scripts = Scripts.register(redis)
-gate = Gate(redis, scripts)
+gate = Gate(redis, Scripts.register(redis))
 sqs = sqs_client()
 queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
@@ -53,7 +52,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     result = reconcile(
         db,
         gate,
-        scripts,
         queue,
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
         pending_age=timedelta(seconds=pending_age),

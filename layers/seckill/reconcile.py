@@ -120,7 +120,6 @@ def resolve_pending(
 def reconcile(
     db: Database,
     gate: Gate,
-    scripts: Scripts,
     queue: OrderQueue,
     *,
     drained: bool,
@@ -130,6 +129,7 @@ def reconcile(
 ) -> Reconciled:
     """One pass over the vouchers on sale (or ``voucher_ids``). Drift is only
     repaired when ``drained`` (no order still on its way to MySQL) and ``repair``."""
+    scripts = gate.scripts
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
     seconds, micros = gate.redis.time()
     older_than_ms = seconds * 1000 + micros // 1000 - int(pending_age.total_seconds() * 1000)
@@ -171,12 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.order_queue_url:
         parser.error("ORDER_QUEUE_URL must name the order queue")
     redis = redis_client(settings)
-    scripts = Scripts.register(redis)
     sqs = sqs_client()
     result = reconcile(
         Database.from_settings(settings),
-        Gate(redis, scripts),
-        scripts,
+        Gate(redis, Scripts.register(redis)),
         OrderQueue(sqs, settings.order_queue_url),
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
         pending_age=timedelta(seconds=args.pending_age),

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,11 @@ class Sale:
     queue_url: str = ""
     dlq_url: str = ""
     voucher_id: int = 0
+    gate: Gate = field(init=False)
+
+    def __post_init__(self) -> None:
+        # The client reconnects after a Redis restart and reloads scripts by SHA: one gate serves the run.
+        self.gate = Gate(self.redis, Scripts.register(self.redis))
 
     def wait_drained(self, progress: Progress, what: str, need_decided: int = 0) -> bool:
         """Until the queue is empty and MySQL has decided at least ``need_decided`` orders."""
@@ -181,11 +186,9 @@ class Sale:
 
     def reconcile(self, pending_age: timedelta = timedelta(0)) -> dict[str, int]:
         """One reconciliation pass (after the sale no request is in flight: any age is stale)."""
-        scripts = Scripts.register(self.redis)
         result = reconcile(
             self.db,
-            Gate(self.redis, scripts),
-            scripts,
+            self.gate,
             OrderQueue(self.sqs, self.queue_url),
             drained=queue_depth(self.sqs, self.queue_url) == 0,
             pending_age=pending_age,
@@ -258,7 +261,7 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
     wait_drained(sale.sqs, sale.queue_url, timeout=15)
     for attempt in range(5):  # the connection killer may hit this run's own connections too
         try:
-            rebuilt = rebuild(sale.db, sale.redis, Scripts.register(sale.redis))
+            rebuilt = rebuild(sale.db, sale.redis, sale.gate.scripts)
             break
         except pymysql.Error:
             sale.db.close()
