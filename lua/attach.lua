@@ -1,15 +1,15 @@
 -- Records the order id on a reservation, if the reservation is still this request's.
 -- KEYS[1] seckill:pending:{v}
 -- ARGV[1] user id, ARGV[2] request token, ARGV[3] order id
--- Returns 1 when attached (or already attached to this id), 0 when the reservation is gone,
--- belongs to another request or carries another order id.
-local value = redis.call('HGET', KEYS[1], ARGV[1])
-if not value then
+-- Returns 1 when attached (or already attached to this id), 0 when the reservation
+-- is gone, 2 when another request of the same user has taken it over.
+local mark = redis.call('HGET', KEYS[1], ARGV[1])
+if not mark then
   return 0
 end
-local accepted, token, order_id = string.match(value, '^(%d+):([^:]+):?(%d*)$')
+local accepted, token, order_id = string.match(mark, '^(%d+):([^:]+):?(%d*)')
 if token ~= ARGV[2] then
-  return 0
+  return 2
 end
 if order_id ~= '' then
   -- Attached already: true for a retry of the same call, false for any other id.

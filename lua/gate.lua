@@ -2,44 +2,59 @@
 -- KEYS[1] seckill:stock:{v}   string, remaining stock
 -- KEYS[2] seckill:order:{v}   set, user ids holding an order
 -- KEYS[3] seckill:window:{v}  hash, begin/end in epoch milliseconds
--- KEYS[4] seckill:pending:{v} hash, user id -> "<acceptedMs>:<requestToken>[:<orderId>]"
+-- KEYS[4] seckill:pending:{v} hash, user id -> reservation mark (see docs/reservations.md):
+--         "<acceptedMs>:<requestToken>[:<orderId>[:promised]]"
 -- ARGV[1] user id, ARGV[2] request token (identifies this reservation)
--- Returns {code, nowMs}: 0 OK, 1 VOUCHER_NOT_FOUND, 2 NOT_STARTED, 3 ENDED,
--- 4 SOLD_OUT, 5 DUPLICATE_ORDER.
+-- Returns {code, nowMs, orderId}: 0 OK, 1 VOUCHER_NOT_FOUND, 2 NOT_STARTED, 3 ENDED,
+-- 4 SOLD_OUT, 5 DUPLICATE_ORDER, 6 RESUMED (the user's reservation already carries
+-- an order id that no request has promised yet: this request takes it over).
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
 local window = redis.call('HMGET', KEYS[3], 'begin', 'end')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
 -- A missing or half-written voucher is "not found", never a script error.
 if not stock or not begin_ms or not end_ms then
-  return {1, 0}
-end
-
--- A retry of this very request (its reply was lost on the way) gets the same answer.
-local mine = redis.call('HGET', KEYS[4], ARGV[1])
-if mine then
-  local accepted, token = string.match(mine, '^(%d+):([^:]+)')
-  if token == ARGV[2] then
-    return {0, tonumber(accepted)}
-  end
+  return {1, 0, ''}
 end
 
 -- The Redis server's clock, so every function instance judges the window alike.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local mark = redis.call('HGET', KEYS[4], ARGV[1])
+if mark then
+  local accepted, token, order_id, state = string.match(mark, '^(%d+):([^:]+):?(%d*):?(%a*)$')
+  if token == ARGV[2] then
+    -- A retry of this very request (its reply was lost on the way): the same answer.
+    return {0, tonumber(accepted), order_id}
+  end
+  if state ~= 'promised' then
+    -- No client was told 202 for this reservation: the request that made it gave up
+    -- (its reply was lost, it answered 503) or is still running. The user's new
+    -- press takes it over, so a retry succeeds at once instead of waiting for
+    -- reconciliation; the old request's later steps fail on the token.
+    local taken = now_ms .. ':' .. ARGV[2]
+    if order_id ~= '' then
+      taken = taken .. ':' .. order_id
+    end
+    redis.call('HSET', KEYS[4], ARGV[1], taken)
+    return {order_id ~= '' and 6 or 0, now_ms, order_id}
+  end
+end
+
 if now_ms < begin_ms then
-  return {2, now_ms}
+  return {2, now_ms, ''}
 end
 if now_ms > end_ms then
-  return {3, now_ms}
+  return {3, now_ms, ''}
 end
 if stock <= 0 then
-  return {4, now_ms}
+  return {4, now_ms, ''}
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  return {5, now_ms}
+  return {5, now_ms, ''}
 end
 
 redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], now_ms .. ':' .. ARGV[2])
-return {0, now_ms}
+return {0, now_ms, ''}

@@ -4,6 +4,10 @@
 -- ARGV[2] MySQL stock, ARGV[3] window begin (ms), ARGV[4] window end (ms)
 -- ARGV[5] JSON array of the user ids holding a confirmed order
 -- ARGV[6] JSON array of the order ids MySQL has decided (confirmed or failed)
+-- ARGV[7] JSON array of [userId, orderId, acceptedMs] of orders waiting in the
+--         dead-letter queue: accepted, not yet in MySQL, their marks maybe lost
+--         with Redis. A user without a mark gets one back (promised: the client
+--         was told 202), so they count as outstanding.
 -- Reservations still pending and undecided in MySQL are outstanding: they keep
 -- their stock and their user. So the expected state is
 --   stock  = max(0, MySQL stock - outstanding)
@@ -23,13 +27,25 @@ local expected = {}
 for _, user in ipairs(cjson.decode(ARGV[5])) do
   expected[tostring(user)] = true
 end
-local outstanding = 0
+local marks = {}
 local pending = redis.call('HGETALL', KEYS[4])
 for i = 1, #pending, 2 do
-  local order_id = string.match(pending[i + 1], '^%d+:[^:]+:(%d+)$')
+  marks[pending[i]] = pending[i + 1]
+end
+local remarked = {}
+for _, order in ipairs(cjson.decode(ARGV[7] or '[]')) do
+  local user, order_id, accepted = tostring(order[1]), tostring(order[2]), tostring(order[3])
+  if not marks[user] and not decided[order_id] then
+    marks[user] = accepted .. ':dlq:' .. order_id .. ':promised'
+    remarked[#remarked + 1] = user
+  end
+end
+local outstanding = 0
+for user, mark in pairs(marks) do
+  local order_id = string.match(mark, '^%d+:[^:]+:(%d+)')
   if not (order_id and decided[order_id]) then
     outstanding = outstanding + 1
-    expected[pending[i]] = true
+    expected[user] = true
   end
 end
 local new_stock = math.max(0, tonumber(ARGV[2]) - outstanding)
@@ -50,6 +66,9 @@ if mode == 'check' then
 end
 
 redis.call('SET', KEYS[1], new_stock)
+for _, user in ipairs(remarked) do
+  redis.call('HSET', KEYS[4], user, marks[user])
+end
 redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
 -- In slices: Lua's unpack has a limit on the number of arguments.
 for i = 1, #to_add, 1000 do

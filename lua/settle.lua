@@ -3,11 +3,11 @@
 -- KEYS[1] seckill:pending:{v}
 -- ARGV[1] user id, ARGV[2] order id
 -- Returns 1 when cleared, 0 otherwise.
-local value = redis.call('HGET', KEYS[1], ARGV[1])
-if not value then
+local mark = redis.call('HGET', KEYS[1], ARGV[1])
+if not mark then
   return 0
 end
-local order_id = string.match(value, '^%d+:[^:]+:(%d+)$')
+local order_id = string.match(mark, '^%d+:[^:]+:(%d+)')
 if order_id ~= ARGV[2] then
   return 0
 end

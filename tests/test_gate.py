@@ -21,7 +21,7 @@ from redis.crc import key_slot
 
 from seckill import keys
 from seckill.errors import Conflict, NotFound, SeckillError
-from seckill.gate import Gate, Reservation
+from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Reservation
 from seckill.scripts import Scripts
 from tests.conftest import new_user
 
@@ -44,6 +44,15 @@ def server_ms(redis: Any) -> int:
 
 def token() -> str:
     return uuid.uuid4().hex
+
+
+def win(gate: Gate, voucher_id: int, user_id: int) -> tuple[Reservation, int]:
+    """A press answered 202: reserved, its order id attached and promised."""
+    reservation = gate.reserve(voucher_id, user_id, token())
+    order_id = secrets.randbelow(10**15) + 1
+    assert gate.attach(reservation, order_id) == ATTACHED
+    assert gate.promise(voucher_id, user_id, order_id)
+    return reservation, order_id
 
 
 class Vouchers:
@@ -233,12 +242,62 @@ def test_last_unit_then_sold_out(gate: Gate, v: Vouchers) -> None:
 def test_duplicate_order(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
     user_id = new_user()
-    first = gate.reserve(voucher_id, user_id, token())
+    first, order_id = win(gate, voucher_id, user_id)
     error = refused(gate, voucher_id, user_id)
     assert (error.code, error.status) == ("DUPLICATE_ORDER", 409)
     assert v.stock(voucher_id) == 4
     # The first reservation's record is left as it was.
-    assert v.pending(voucher_id) == {str(user_id): f"{first.accepted_ms}:{first.token}"}
+    assert v.pending(voucher_id) == {str(user_id): f"{first.accepted_ms}:{first.token}:{order_id}:promised"}
+
+
+def test_a_buyer_without_a_reservation_is_a_duplicate(gate: Gate, v: Vouchers) -> None:
+    """Once the persister has settled the order, only the buyers set remembers the user."""
+    voucher_id = v.make(stock=5, buyers=(BUYER,))
+    assert refused(gate, voucher_id, BUYER).code == "DUPLICATE_ORDER"
+
+
+def test_a_new_press_takes_over_a_reservation_nobody_was_answered_for(gate: Gate, v: Vouchers) -> None:
+    """The gate ran but its reply was lost, and the request answered 503: the user's
+    next press gets the reservation at once, without a second unit."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    lost = gate.reserve(voucher_id, user_id, "lost-request")
+    retry = gate.reserve(voucher_id, user_id, "retry")
+    assert retry.order_id is None
+    assert v.stock(voucher_id) == 4
+    assert v.pending(voucher_id) == {str(user_id): f"{retry.accepted_ms}:retry"}
+    # The first request, had it lived on, can no longer use or give back what it lost.
+    assert gate.attach(lost, 111) == TAKEN_OVER
+    assert gate.release(lost) is False
+    assert gate.attach(retry, 222) == ATTACHED
+    assert v.stock(voucher_id) == 4
+
+
+def test_a_new_press_resumes_an_order_id_nobody_was_answered_for(gate: Gate, v: Vouchers) -> None:
+    """An order id was attached but no 202 promised (the send was refused and the release
+    failed, or the request died): the next press resumes that very order."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, token())
+    assert gate.attach(first, 4242) == ATTACHED
+    resumed = gate.reserve(voucher_id, user_id, "retry")
+    assert resumed.order_id == 4242
+    assert v.stock(voucher_id) == 4
+    assert v.buyers(voucher_id) == {user_id}
+    assert v.pending(voucher_id) == {str(user_id): f"{resumed.accepted_ms}:retry:4242"}
+
+
+def test_promise_marks_the_order_whichever_request_holds_it(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, token())
+    gate.attach(first, 77)
+    assert gate.promise(voucher_id, user_id, 78) is False
+    assert gate.promise(voucher_id, user_id, 77) is True
+    assert gate.promise(voucher_id, user_id, 77) is True
+    assert v.pending(voucher_id) == {str(user_id): f"{first.accepted_ms}:{first.token}:77:promised"}
+    assert gate.settle(voucher_id, user_id, 77) is True
+    assert gate.promise(voucher_id, user_id, 77) is False
 
 
 # --- precedence: found, window, stock, duplicate --------------------------------------------
@@ -282,7 +341,7 @@ def test_attach_writes_the_order_id_once_and_only_for_the_same_token(gate: Gate,
     field = str(reservation.user_id)
     impostor = Reservation(voucher_id, reservation.user_id, token(), reservation.accepted_ms)
 
-    assert gate.attach(impostor, 111) == 0
+    assert gate.attach(impostor, 111) == TAKEN_OVER
     assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}"
 
     assert gate.attach(reservation, 222) == 1
@@ -304,7 +363,9 @@ def test_a_retried_gate_call_gets_its_own_reservation_back_not_duplicate(gate: G
     again = gate.reserve(voucher_id, BUYER, "request-1")
     assert again == first
     assert v.stock(voucher_id) == 1
-    # Another request of the same user is still a duplicate.
+    # Once promised, another request of the same user is a duplicate.
+    gate.attach(first, 5)
+    gate.promise(voucher_id, BUYER, 5)
     assert refused(gate, voucher_id, BUYER).code == "DUPLICATE_ORDER"
     assert v.stock(voucher_id) == 1
 
@@ -312,17 +373,8 @@ def test_a_retried_gate_call_gets_its_own_reservation_back_not_duplicate(gate: G
 def test_attach_without_a_reservation_writes_nothing(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
     ghost = Reservation(voucher_id, new_user(), token(), 1)
-    assert gate.attach(ghost, 123) == 0
+    assert gate.attach(ghost, 123) == GONE
     assert v.pending(voucher_id) == {}
-
-
-def test_attach_through_a_pipeline(gate: Gate, v: Vouchers, redis: Any) -> None:
-    voucher_id = v.make(stock=5)
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    with redis.pipeline(transaction=False) as pipe:
-        gate.attach(reservation, 444, client=pipe)
-        assert pipe.execute() == [1]
-    assert v.pending(voucher_id)[str(reservation.user_id)].endswith(":444")
 
 
 # --- release ---------------------------------------------------------------------------------
@@ -483,7 +535,7 @@ def test_not_started_and_duplicate_are_not_cached(caching_gate: Gate, v: Voucher
 
     # DUPLICATE_ORDER is about one user; caching it per voucher would refuse everyone.
     buyer = new_user()
-    caching_gate.reserve(voucher_id, buyer, token())
+    win(caching_gate, voucher_id, buyer)
     assert refused(caching_gate, voucher_id, buyer).code == "DUPLICATE_ORDER"
     caching_gate.reserve(voucher_id, new_user(), token())
     assert v.stock(voucher_id) == 2
@@ -542,13 +594,18 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
         while not done.is_set():
             samples.append(int(redis.get(stock_key(voucher_id))))
 
-    def attempt(i: int) -> tuple[int, str]:
+    def attempt(i: int) -> tuple[int, str, int | None]:
+        """As the API does: reserve, attach a fresh order id (unless resumed), promise."""
         user_id = base + i % users
         try:
-            gate.reserve(voucher_id, user_id, token())
+            reservation = gate.reserve(voucher_id, user_id, token())
         except SeckillError as error:
-            return user_id, error.code
-        return user_id, "OK"
+            return user_id, error.code, None
+        order_id = reservation.order_id or base * 10_000 + i
+        if reservation.order_id is None and gate.attach(reservation, order_id) != ATTACHED:
+            return user_id, "TAKEN_OVER", None  # a concurrent press of the same user holds it now
+        gate.promise(voucher_id, user_id, order_id)
+        return user_id, "OK", order_id
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -559,10 +616,11 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
         done.set()
         sampler.join()
 
-    winners = [u for u, code in outcomes if code == "OK"]
-    assert len(winners) == stock
+    orders = {(u, o) for u, code, o in outcomes if code == "OK"}
+    winners = [u for u, _ in orders]
+    assert len(orders) == stock, "one order id per unit sold (a resumed press shares its order)"
     assert len(set(winners)) == stock, "a user won twice"
-    assert {code for _, code in outcomes} <= {"OK", "SOLD_OUT", "DUPLICATE_ORDER"}
+    assert {code for _, code, _ in outcomes} <= {"OK", "SOLD_OUT", "DUPLICATE_ORDER", "TAKEN_OVER"}
     assert v.stock(voucher_id) == 0
     assert v.buyers(voucher_id) == set(winners)
     assert set(v.pending(voucher_id)) == {str(u) for u in winners}
@@ -581,10 +639,9 @@ def test_scripts_are_reloaded_after_script_flush(gate: Gate, v: Vouchers, redis:
     assert redis.script_exists(scripts.gate.sha) == [True]
 
     redis.script_flush()
-    # Through a pipeline too (the attach may be pipelined).
-    with redis.pipeline(transaction=False) as pipe:
-        gate.attach(reservation, 777, client=pipe)
-        assert pipe.execute() == [1]
+    assert gate.attach(reservation, 777) == ATTACHED
+    redis.script_flush()
+    assert gate.promise(voucher_id, reservation.user_id, 777) is True
 
     redis.script_flush()
     assert gate.settle(voucher_id, reservation.user_id, 777) is True

@@ -20,7 +20,8 @@ from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate
 from seckill.messages import OrderQueue, queue_depth, wait_drained
-from seckill.reconcile import reconcile
+from seckill.reconcile import DEFAULT_PENDING_AGE, MIN_PENDING_AGE, reconcile
+from seckill.recovery import read_dead_letters
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -35,14 +36,16 @@ sqs = sqs_client()
 queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
 
-DEFAULT_PENDING_AGE_SECONDS = 120.0
-
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    pending_age = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE_SECONDS))
+    pending_age = timedelta(seconds=float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds())))
+    if pending_age < MIN_PENDING_AGE:
+        raise ValueError(
+            f"pendingAgeSeconds must be at least {MIN_PENDING_AGE.seconds}: a younger reservation may be live"
+        )
     if not redis.exists(keys.loaded()):
         # Redis lost its data: let the queue drain first, so the rebuilt stock counts
         # every accepted order (the gate answers 503 meanwhile).
@@ -54,12 +57,16 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         gate,
         queue,
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
-        pending_age=timedelta(seconds=pending_age),
+        dead_letters=lambda: read_dead_letters(sqs, settings.order_dlq_url)[0],
+        hint_ttl=settings.status_ttl_seconds,
+        pending_age=pending_age,
         repair=bool(event.get("repair", True)),
     )
     totals = result.totals()
-    for name in ("rebuilt", "requeued", "released", "cleared", "drifted", "repaired"):
+    for name in ("rebuilt", "deferred", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
         if totals[name]:
             metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
     logger.info("reconciled", extra={"totals": totals, "queueDrained": result.queue_drained})
+    if totals["deferred"]:
+        logger.warning("lost vouchers not rebuilt yet: orders still on the queue, or the DLQ could not be read whole")
     return result.to_dict()

@@ -22,6 +22,8 @@ class Settings:
     redis_url: str
     redis_cluster: bool
     order_queue_url: str
+    # Read by reconciliation and recovery, to count orders waiting there.
+    order_dlq_url: str
     db_host: str
     db_port: int
     db_name: str
@@ -43,6 +45,7 @@ class Settings:
             redis_url=_get(env, "REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_cluster=_flag(env.get("REDIS_CLUSTER")),
             order_queue_url=env.get("ORDER_QUEUE_URL", ""),
+            order_dlq_url=env.get("ORDER_DLQ_URL", ""),
             db_host=_get(env, "DB_HOST", "127.0.0.1"),
             db_port=int(_get(env, "DB_PORT", "3306")),
             db_name=_get(env, "DB_NAME", "seckill"),

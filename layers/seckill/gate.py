@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from seckill import keys
 from seckill.errors import Conflict, NotFound, SeckillError, TryAgain
 from seckill.scripts import Scripts
 
-NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE = 1, 2, 3, 4, 5
+OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED = 0, 1, 2, 3, 4, 5, 6
 REFUSALS: dict[int, tuple[type[SeckillError], str, str]] = {
     NOT_FOUND: (NotFound, "VOUCHER_NOT_FOUND", "voucher not found"),
     NOT_STARTED: (Conflict, "NOT_STARTED", "the sale has not started"),
@@ -31,12 +32,37 @@ def refusal(code: int) -> SeckillError:
 
 @dataclass(frozen=True)
 class Reservation:
-    """One unit of stock held for one user by one request."""
+    """One unit of stock held for one user by one request. ``order_id`` is set when
+    the request resumed a reservation that already carries one (see ``lua/gate.lua``)."""
 
     voucher_id: int
     user_id: int
     token: str
     accepted_ms: int
+    order_id: int | None = None
+
+
+ATTACHED, GONE, TAKEN_OVER = 1, 0, 2
+
+_MARK = re.compile(r"(\d+):([^:]+)(?::(\d+)(:promised)?)?")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A reservation as ``seckill:pending:{v}`` holds it (docs/reservations.md):
+    ``<acceptedMs>:<requestToken>[:<orderId>[:promised]]``."""
+
+    accepted_ms: int
+    token: str
+    order_id: int | None
+    promised: bool
+
+    @classmethod
+    def parse(cls, value: str) -> Mark | None:
+        found = _MARK.fullmatch(value)
+        if found is None:
+            return None
+        return cls(int(found[1]), found[2], int(found[3]) if found[3] else None, bool(found[4]))
 
 
 class Gate:
@@ -62,26 +88,33 @@ class Gate:
                 raise refusal(code)
             # pop, not del: a release in another thread may have dropped it already.
             self._refused.pop(voucher_id, None)
-        code, now_ms = self.scripts.gate(
-            keys=[keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id)],
-            args=[user_id, token],
-        )
+        code, now_ms, order_id = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=[user_id, token])
         code = int(code)
-        if code == 0:
-            return Reservation(voucher_id, user_id, token, int(now_ms))
+        if code in (OK, RESUMED):
+            return Reservation(voucher_id, user_id, token, int(now_ms), int(order_id) if order_id else None)
         if code == NOT_FOUND and not self.redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
-        if code in _CACHEABLE and self.refusal_cache_seconds > 0:
-            self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, code)
+        if code in _CACHEABLE:
+            self.remember_refusal(voucher_id, code)
         raise refusal(code)
 
-    def attach(self, reservation: Reservation, order_id: int, client: Any = None) -> Any:
-        """Write the order id onto the reservation (``client`` may be a pipeline)."""
-        return self.scripts.attach(
-            keys=[keys.pending(reservation.voucher_id)],
-            args=[reservation.user_id, reservation.token, order_id],
-            client=client or self.redis,
+    def remember_refusal(self, voucher_id: int, code: int) -> None:
+        """Repeat this refusal without asking Redis for a while (SOLD_OUT, ENDED)."""
+        if self.refusal_cache_seconds > 0:
+            self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, code)
+
+    def attach(self, reservation: Reservation, order_id: int) -> int:
+        """Write the order id onto the reservation: ATTACHED, GONE or TAKEN_OVER."""
+        return int(
+            self.scripts.attach(
+                keys=[keys.pending(reservation.voucher_id)], args=[reservation.user_id, reservation.token, order_id]
+            )
         )
+
+    def promise(self, voucher_id: int, user_id: int, order_id: int) -> bool:
+        """Record that the client is told 202 for this order; False if its mark is
+        gone (the persister already decided the order)."""
+        return bool(self.scripts.promise(keys=[keys.pending(voucher_id)], args=[user_id, order_id]))
 
     def release(self, reservation: Reservation) -> bool:
         """Give the stock and the user's place back; idempotent."""

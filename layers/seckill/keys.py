@@ -20,6 +20,11 @@ def pending(voucher_id: int) -> str:
     return f"seckill:pending:{{{voucher_id}}}"
 
 
+def voucher_keys(voucher_id: int) -> list[str]:
+    """Every key of one voucher's gate state, in the order the gate and restore scripts take them."""
+    return [stock(voucher_id), buyers(voucher_id), window(voucher_id), pending(voucher_id)]
+
+
 def loaded() -> str:
     """Set whenever vouchers are loaded or rebuilt: its absence means Redis lost its data,
     so a voucher the gate cannot find may exist after all (answer 503, not 404)."""

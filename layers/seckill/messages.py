@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
-from seckill.ids import parse_id
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from seckill.ids import BEGIN_EPOCH, parse_id
 from seckill.timeutil import iso
+
+# Order ids count seconds from BEGIN_EPOCH, and MySQL's DATETIME ends with year 9999.
+_EARLIEST = datetime.fromtimestamp(BEGIN_EPOCH, UTC)
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class MalformedMessage(ValueError):
@@ -44,6 +52,9 @@ class OrderMessage:
             accepted_at = datetime.fromisoformat(data["acceptedAt"])
             if accepted_at.tzinfo is None:
                 raise ValueError("acceptedAt needs an offset")
+            # A time MySQL cannot store would fail at every delivery and cycle DLQ -> replay -> DLQ.
+            if not _EARLIEST <= accepted_at.astimezone(UTC) < _LATEST:
+                raise ValueError("acceptedAt is out of range")
             return cls(
                 order_id=parse_id(data["orderId"], "orderId"),
                 user_id=parse_id(data["userId"], "userId"),
@@ -75,13 +86,89 @@ def wait_drained(sqs: Any, queue_url: str, timeout: float, poll: float = 0.5) ->
     return True
 
 
+def dead_lettered_orders(sqs: Any, dlq_url: str, *, hold_seconds: int = 30) -> tuple[list[OrderMessage], bool]:
+    """The orders waiting in the dead-letter queue, read without consuming them, and
+    whether that is all of them (False when some are in flight, e.g. a replay is running).
+
+    Each message is held invisible while the queue is read, so none is seen twice,
+    then made visible again. Malformed messages are not orders and are left out.
+    """
+    expected = queue_depth(sqs, dlq_url)
+    seen: dict[str, OrderMessage | None] = {}
+    handles: list[str] = []
+    while True:
+        batch = sqs.receive_message(
+            QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=hold_seconds, WaitTimeSeconds=1
+        ).get("Messages", [])
+        if not batch:
+            break
+        for m in batch:
+            handles.append(m["ReceiptHandle"])
+            try:
+                seen[m["MessageId"]] = OrderMessage.from_json(m["Body"])
+            except MalformedMessage:
+                seen[m["MessageId"]] = None
+    for start in range(0, len(handles), 10):
+        sqs.change_message_visibility_batch(
+            QueueUrl=dlq_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0}
+                for i, h in enumerate(handles[start : start + 10])
+            ],
+        )
+    return [m for m in seen.values() if m is not None], len(seen) >= expected
+
+
+class Sent(Enum):
+    """What became of a SendMessage call. Only REFUSED means the message is not on the queue."""
+
+    SENT = "sent"
+    REFUSED = "refused"  # every attempt was refused or never reached SQS
+    IN_DOUBT = "in doubt"  # an attempt may have stored it (timeout, lost reply, 5xx)
+
+
+def _nothing_stored(error: BaseException | None, status: int | None) -> bool:
+    """True when an attempt certainly stored nothing: the connection was never made,
+    or SQS answered with a client error (4xx)."""
+    if error is not None:
+        if isinstance(error, ClientError):
+            return error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) < 500
+        return isinstance(error, EndpointConnectionError)  # includes connect timeouts
+    return status is not None and status < 500
+
+
+# Per thread: one send at a time, whichever OrderQueue or client makes it.
+_send = threading.local()
+
+
+def _watch_attempt(response: Any = None, caught_exception: BaseException | None = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` event, after every attempt of a SendMessage call."""
+    status = response[0].status_code if response else None
+    if (caught_exception is not None or (status is not None and status >= 300)) and not _nothing_stored(
+        caught_exception, status
+    ):
+        _send.in_doubt = True
+
+
 class OrderQueue:
-    """Sends order messages to SQS."""
+    """Sends order messages to SQS and says which outcomes remain possible.
+
+    botocore retries a failed send; one attempt may have stored the message even
+    when the last one was refused. Every attempt is watched, so a send is REFUSED
+    only when no attempt could have stored anything.
+    """
 
     def __init__(self, sqs: Any, queue_url: str) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
+        sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
 
-    def send(self, message: OrderMessage) -> str:
-        response = self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())
-        return str(response["MessageId"])
+    def send(self, message: OrderMessage) -> Sent:
+        _send.in_doubt = False
+        try:
+            self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())
+        except Exception as exc:
+            if _send.in_doubt or not _nothing_stored(exc, None):
+                return Sent.IN_DOUBT
+            return Sent.REFUSED
+        return Sent.SENT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -13,55 +14,121 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import keys
 from seckill.db import Database
-from seckill.errors import NotFound, TryAgain
-from seckill.gate import Gate, Reservation
+from seckill.errors import NotFound, SeckillError, TryAgain
+from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, TAKEN_OVER, Gate, Reservation, refusal
 from seckill.ids import next_order_id, order_id_time
-from seckill.messages import OrderMessage, OrderQueue
+from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.timeutil import from_db, from_ms, iso
 
 log = logging.getLogger(__name__)
 
 PENDING, CONFIRMED, FAILED = "PENDING", "CONFIRMED", "FAILED"
+ON_SALE = 1  # tb_voucher.status
 
 
-def place_order(gate: Gate, queue: OrderQueue, voucher_id: int, user_id: int, *, status_ttl: int) -> int:
+def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int) -> int:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
-    A refusal raises the gate's error. If anything after the reservation fails,
-    the reservation is given back and ``TryAgain`` is raised: the client never
-    holds an order id that is not on the queue.
+    Returns the order id the client is answered 202 with: the order is on the
+    queue, or its reservation is promised and reconciliation re-queues it. A
+    refusal raises the gate's error. ``TryAgain`` (503) means no order exists for
+    this press: nothing is queued and the reservation is given back, or, where
+    that is unknown, the reservation stays unpromised, so reconciliation fails
+    the order and the user's next press resumes it (docs/reservations.md).
     """
     try:
         reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
     except (RedisConnectionError, RedisTimeoutError) as exc:
-        # Redis unreachable or restarting. Had the script run before the reply was
-        # lost, its reservation carries no order id, so reconciliation releases it.
+        # The script may have run before its reply was lost: that reservation carries
+        # no order id, and the user's next press takes it over.
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
-    order_id: int | None = None
+    except NotFound:
+        raise _not_in_redis(gate, db, voucher_id) from None
+    resumed = reservation.order_id is not None
+    order_id = reservation.order_id if resumed else _attach_new_id(gate, reservation)
+    message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+    write_pending_hint(gate.redis, message, status_ttl)
+    sent = queue.send(message)
+    if sent is Sent.SENT:
+        # On the queue: 202 whatever happens next; the promise only tells reconciliation so.
+        _promise(gate, message)
+        return order_id
+    if sent is Sent.IN_DOUBT:
+        # Maybe on the queue (even several times), maybe not: it may no longer be given back.
+        if _promise(gate, message):
+            return order_id  # reconciliation re-queues it if it never arrives
+        raise TryAgain("the order could not be queued, please try again")
+    if not resumed:
+        # Refused, and no other request ever sent this id: give the unit back.
+        _release(gate, reservation, order_id)
+    raise TryAgain("the order could not be queued, please try again")
+
+
+def _attach_new_id(gate: Gate, reservation: Reservation) -> int:
     try:
         order_id = next_order_id(gate.redis)
-        accepted_at = from_ms(reservation.accepted_ms)
-        if not gate.attach(reservation, order_id):
-            raise RuntimeError("the reservation vanished before its order id was recorded")
-        hint = _status(order_id, voucher_id, user_id, PENDING, None, iso(accepted_at))
-        gate.redis.set(keys.order_status(order_id), json.dumps(hint), ex=status_ttl)
-        queue.send(OrderMessage(order_id, user_id, voucher_id, accepted_at))
+        attached = gate.attach(reservation, order_id)
     except Exception as exc:
-        _release(gate, reservation, order_id)
+        _release(gate, reservation, None)
         raise TryAgain("the order could not be queued, please try again") from exc
+    if attached == TAKEN_OVER:
+        # A later press of the same user holds the reservation now and answers for it.
+        raise refusal(DUPLICATE)
+    if attached != ATTACHED:
+        raise TryAgain("the reservation expired, please try again")
     return order_id
+
+
+def write_pending_hint(redis: Any, m: OrderMessage, ttl: int) -> None:
+    """The status route's PENDING answer until the persister has decided the order."""
+    hint = _status(m.order_id, m.voucher_id, m.user_id, PENDING, None, iso(m.accepted_at))
+    try:
+        redis.set(keys.order_status(m.order_id), json.dumps(hint), ex=ttl)
+    except RedisError:
+        log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
+
+
+def _promise(gate: Gate, m: OrderMessage) -> bool:
+    """True once the reservation says the client was told 202 (or the order is
+    decided already); False when Redis could not be told."""
+    try:
+        gate.promise(m.voucher_id, m.user_id, m.order_id)
+    except RedisError:
+        log.warning("could not mark order %s promised", m.order_id, exc_info=True)
+        return False
+    return True
 
 
 def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None:
     try:
         gate.release(reservation)
         if order_id is not None:
-            # Not queued: the status hint must not report it PENDING for a day.
+            # Not queued: the status hint must not report it PENDING.
             gate.redis.delete(keys.order_status(order_id))
     except Exception:
-        # Redis is unreachable too: the pending record stays, and reconciliation
-        # releases it (no order id reached the client).
+        # Unknown whether it was released. If not, the reservation stays unpromised:
+        # the user's next press takes it over, or reconciliation releases it (and
+        # fails its order id, so it can never be confirmed).
         log.exception("could not release reservation %s", reservation)
+
+
+def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> SeckillError:
+    """The gate does not know the voucher (and Redis has not lost its data): MySQL
+    tells a voucher that never existed (404) from one whose sale ended or was stopped
+    long ago (409 ENDED) and from one the cache is missing (503 until reconciled)."""
+    with db.transaction() as cursor:
+        cursor.execute(
+            "SELECT sv.end_time, v.status FROM tb_seckill_voucher sv JOIN tb_voucher v ON v.id = sv.voucher_id"
+            " WHERE sv.voucher_id = %s",
+            (voucher_id,),
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return refusal(NOT_FOUND)
+    if int(row["status"]) != ON_SALE or from_db(row["end_time"]) <= datetime.now(UTC):
+        gate.remember_refusal(voucher_id, ENDED)
+        return refusal(ENDED)
+    return TryAgain("the sale is being restored, please try again")
 
 
 def record_decision(redis: Any, order_id: int, user_id: int, voucher_id: int, status: str, reason: str | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pymysql
 
@@ -16,6 +17,7 @@ from seckill.timeutil import to_db
 log = logging.getLogger(__name__)
 
 DUPLICATE_KEY = 1062
+NOT_QUEUED = "NOT_QUEUED"  # reason of an order failed by reconciliation
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,20 @@ def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
 def _decide(db: Database, m: OrderMessage) -> Decision:
     try:
         with db.transaction() as cursor:
-            cursor.execute("SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", (m.order_id,))
-            earlier = cursor.fetchone()
-            if earlier is not None:
-                return Decision(FAILED, earlier["reason"], changed=False)
+            # The voucher's row is locked first, as reconciliation does before it fails an
+            # order that never reached the queue: the two never decide one order twice.
+            cursor.execute(
+                "SELECT sv.voucher_id, r.user_id, r.voucher_id AS rejected_voucher, r.reason"
+                " FROM tb_seckill_voucher sv LEFT JOIN tb_voucher_order_rejection r ON r.order_id = %s"
+                " WHERE sv.voucher_id = %s FOR UPDATE",
+                (m.order_id, m.voucher_id),
+            )
+            row = cursor.fetchone()
+            if row is None:
+                raise _Refused("VOUCHER_NOT_FOUND")
+            if row["reason"] is not None:
+                _same_order(m, row["user_id"], row["rejected_voucher"])
+                return Decision(FAILED, row["reason"], changed=False)
             try:
                 cursor.execute(
                     "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time) VALUES (%s, %s, %s, %s)",
@@ -80,8 +92,7 @@ def _decide(db: Database, m: OrderMessage) -> Decision:
                 (m.voucher_id,),
             )
             if cursor.rowcount == 0:
-                cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s", (m.voucher_id,))
-                raise _Refused("SOLD_OUT" if cursor.fetchone() else "VOUCHER_NOT_FOUND")
+                raise _Refused("SOLD_OUT")
         return Decision(CONFIRMED)
     except _Duplicate:
         # Which key? Judge by what is stored under this order id, not by the error text.
@@ -90,11 +101,16 @@ def _decide(db: Database, m: OrderMessage) -> Decision:
             stored = cursor.fetchone()
         if stored is None:
             return _refuse(db, m, "DUPLICATE_ORDER")  # the user holds another order of this voucher
-        if (int(stored["user_id"]), int(stored["voucher_id"])) != (m.user_id, m.voucher_id):
-            raise OrderIdConflict(f"order id {m.order_id} already belongs to another order") from None
+        _same_order(m, stored["user_id"], stored["voucher_id"])
         return Decision(CONFIRMED, changed=False)  # a redelivery
     except _Refused as refused:
         return _refuse(db, m, refused.reason)
+
+
+def _same_order(m: OrderMessage, user_id: Any, voucher_id: Any) -> None:
+    """A decision stored under this order id is this order's, or the id was reused."""
+    if (int(user_id), int(voucher_id)) != (m.user_id, m.voucher_id):
+        raise OrderIdConflict(f"order id {m.order_id} already belongs to another order")
 
 
 def _refuse(db: Database, m: OrderMessage, reason: str) -> Decision:
@@ -105,5 +121,28 @@ def _refuse(db: Database, m: OrderMessage, reason: str) -> Decision:
             " VALUES (%s, %s, %s, %s)",
             (m.order_id, m.user_id, m.voucher_id, reason),
         )
-        recorded = cursor.rowcount == 1
-    return Decision(FAILED, reason, changed=recorded)
+        if cursor.rowcount == 1:
+            return Decision(FAILED, reason)
+        cursor.execute(
+            "SELECT user_id, voucher_id, reason FROM tb_voucher_order_rejection WHERE order_id = %s", (m.order_id,)
+        )
+        earlier = cursor.fetchone()
+    _same_order(m, earlier["user_id"], earlier["voucher_id"])
+    return Decision(FAILED, earlier["reason"], changed=False)
+
+
+def fail_unqueued(db: Database, m: OrderMessage) -> bool:
+    """Decide, as FAILED ``NOT_QUEUED``, an order whose client was never told 202 and
+    that never reached MySQL, so that a copy still on its way can never confirm it.
+    False when MySQL holds the order already (it was queued after all)."""
+    with db.transaction() as cursor:
+        cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (m.voucher_id,))
+        cursor.execute("SELECT 1 FROM tb_voucher_order WHERE id = %s", (m.order_id,))
+        if cursor.fetchone() is not None:
+            return False
+        cursor.execute(
+            "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"
+            " VALUES (%s, %s, %s, %s)",
+            (m.order_id, m.user_id, m.voucher_id, NOT_QUEUED),
+        )
+    return True

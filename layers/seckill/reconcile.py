@@ -2,15 +2,19 @@
 
 Safe at any time, alongside live traffic, and any number of times in a row:
 
-1. a voucher on sale whose Redis state is gone is rebuilt from MySQL, once the
-   queue is drained (orders still on their way would otherwise count as
-   unsold); until then the gate answers 503 TRY_AGAIN for it;
-2. a reservation pending longer than ``pending_age`` (far beyond any request's
+1. a voucher on sale whose Redis state is gone is rebuilt from MySQL once every
+   accepted order can be counted: OrderQueue drained (orders on their way would
+   otherwise count as unsold) and the dead-letter queue read; the orders waiting
+   there get their reservations back. Until then the gate answers 503 for it;
+2. a reservation pending longer than ``pending_age`` (beyond any request's
    lifetime, so no live request still owns it) is
    - cleared, if MySQL has already decided its order;
-   - re-queued, if it carries an order id (the persister is idempotent, so a
-     message that was in fact sent costs only a duplicate);
-   - released, if it has none: the request died before it could answer 202;
+   - re-queued, if its order was promised (the client was answered 202): the
+     persister is idempotent, so a message that was in fact sent costs only a
+     duplicate;
+   - failed (``NOT_QUEUED``) and released, if its order was never promised (the
+     request answered 503 or died): a copy still on its way is then refused;
+   - released, if it has no order id: the request died before it could answer 202;
 3. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
@@ -21,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -31,15 +35,26 @@ from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.gate import Gate, Reservation
-from seckill.messages import OrderMessage, OrderQueue, queue_depth
-from seckill.recovery import Restored, restore, restore_order_counter, voucher_ids_on_sale
+from seckill.gate import Gate, Mark, Reservation
+from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
+from seckill.persistence import fail_unqueued
+from seckill.recovery import (
+    Restored,
+    read_dead_letters,
+    rebuild_voucher,
+    restore,
+    restore_order_counter,
+    voucher_ids_on_sale,
+)
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 
-_PENDING = re.compile(r"(\d+):([^:]+)(?::(\d+))?")
 # Pending orders of a sale that ended recently still need resolving.
 ENDED_WITHIN = timedelta(days=1)
+# A reservation younger than this may still belong to a live request: API Gateway
+# gives up on a request after 30 s, so an operator may not go below that.
+MIN_PENDING_AGE = timedelta(seconds=30)
+DEFAULT_PENDING_AGE = timedelta(minutes=2)
 
 
 @dataclass
@@ -48,6 +63,7 @@ class VoucherReconciled:
     rebuilt: bool = False
     rebuild_deferred: bool = False  # lost from Redis, but orders are still on the queue
     requeued: list[str] = field(default_factory=list)  # order ids
+    failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
     released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
     drift: Restored | None = None
@@ -66,6 +82,7 @@ class Reconciled:
             "rebuilt": sum(x.rebuilt for x in v),
             "deferred": sum(x.rebuild_deferred for x in v),
             "requeued": sum(len(x.requeued) for x in v),
+            "failed": sum(len(x.failed) for x in v),
             "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
             "drifted": sum(bool(x.drift and x.drift.drifted) for x in v),
@@ -96,25 +113,39 @@ def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
 def resolve_pending(
     db: Database, gate: Gate, queue: OrderQueue, voucher_id: int, older_than_ms: int, result: VoucherReconciled
 ) -> None:
-    stale: list[tuple[int, int, str, int | None]] = []
+    stale: list[tuple[int, Mark]] = []
     for user, value in gate.redis.hgetall(keys.pending(voucher_id)).items():
-        found = _PENDING.fullmatch(value)
-        if found is None or not str(user).isdigit():
-            continue
-        accepted_ms, token, order_id = int(found[1]), found[2], found[3]
-        if accepted_ms <= older_than_ms:
-            stale.append((int(user), accepted_ms, token, int(order_id) if order_id else None))
-    decided = decided_orders(db, [o for *_, o in stale if o is not None])
-    for user_id, accepted_ms, token, order_id in stale:
-        if order_id is None:
-            if gate.release(Reservation(voucher_id, user_id, token, accepted_ms)):
+        mark = Mark.parse(value)
+        if mark is not None and str(user).isdigit() and mark.accepted_ms <= older_than_ms:
+            stale.append((int(user), mark))
+    decided = decided_orders(db, [m.order_id for _, m in stale if m.order_id is not None])
+    for user_id, mark in stale:
+        reservation = Reservation(voucher_id, user_id, mark.token, mark.accepted_ms)
+        if mark.order_id is None:
+            # The request died before it had an order id to answer 202 with.
+            if gate.release(reservation):
                 result.released.append(user_id)
-        elif order_id in decided:
-            if gate.settle(voucher_id, user_id, order_id):
-                result.cleared.append(str(order_id))
-        else:
-            queue.send(OrderMessage(order_id, user_id, voucher_id, from_ms(accepted_ms)))
-            result.requeued.append(str(order_id))
+            continue
+        order = OrderMessage(mark.order_id, user_id, voucher_id, from_ms(mark.accepted_ms))
+        if mark.order_id in decided:
+            if gate.settle(voucher_id, user_id, mark.order_id):
+                result.cleared.append(str(mark.order_id))
+        elif mark.promised:
+            # The client holds a 202: the order must reach MySQL (a copy that was in
+            # fact sent costs only a duplicate, which the persister absorbs).
+            if queue.send(order) is not Sent.REFUSED:
+                result.requeued.append(str(mark.order_id))
+        elif fail_unqueued(db, order):
+            # Nobody was told 202 (the request answered 503 or died): fail the order
+            # first, so a copy still on its way cannot confirm it, then free the unit.
+            result.failed.append(str(mark.order_id))
+            gate.release(reservation)
+        elif gate.settle(voucher_id, user_id, mark.order_id):
+            result.cleared.append(str(mark.order_id))  # it reached MySQL meanwhile
+
+
+# Reads the orders waiting in the dead-letter queue; None when they cannot all be read.
+DeadLetters = Callable[[], list[OrderMessage] | None]
 
 
 def reconcile(
@@ -123,29 +154,42 @@ def reconcile(
     queue: OrderQueue,
     *,
     drained: bool,
-    pending_age: timedelta = timedelta(minutes=2),
+    dead_letters: DeadLetters,
+    hint_ttl: int,
+    pending_age: timedelta = DEFAULT_PENDING_AGE,
     repair: bool = True,
     voucher_ids: list[int] | None = None,
 ) -> Reconciled:
-    """One pass over the vouchers on sale (or ``voucher_ids``). Drift is only
-    repaired when ``drained`` (no order still on its way to MySQL) and ``repair``."""
+    """One pass over the vouchers on sale (or ``voucher_ids``).
+
+    ``drained``: no order is on OrderQueue. ``dead_letters`` reads the orders
+    waiting in the dead-letter queue (None when it cannot read them all); it is
+    called only if a voucher must be rebuilt. A lost voucher is rebuilt only when
+    every accepted order is counted: the queue drained and the dead letters read.
+    Drift is repaired only when ``drained`` and ``repair``.
+    """
     scripts = gate.scripts
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
     seconds, micros = gate.redis.time()
     older_than_ms = seconds * 1000 + micros // 1000 - int(pending_age.total_seconds() * 1000)
     if drained and not gate.redis.exists(keys.loaded()):
         restore_order_counter(db, scripts)  # Redis lost its data: the id counter too
+    letters: list[list[OrderMessage] | None] = []  # read once, when first needed
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
         result = VoucherReconciled(voucher_id)
-        rebuilt = restore(db, gate.redis, scripts, voucher_id, "missing" if drained else "check")
-        if rebuilt is None:
+        state = restore(db, gate.redis, scripts, voucher_id, "check")
+        if state is None:
             continue  # not a seckill voucher MySQL knows
         results.append(result)
-        if rebuilt.redis_stock is None and not drained:
-            result.rebuild_deferred = True
-            continue
-        result.rebuilt = rebuilt.applied
+        if state.redis_stock is None:
+            if drained and not letters:
+                letters.append(dead_letters())
+            if not drained or letters[0] is None:
+                result.rebuild_deferred = True
+                continue
+            rebuilt = rebuild_voucher(db, gate.redis, scripts, voucher_id, "missing", letters[0], hint_ttl)
+            result.rebuilt = bool(rebuilt and rebuilt.applied)
         resolve_pending(db, gate, queue, voucher_id, older_than_ms, result)
         mode = "repair" if drained and repair else "check"
         result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
@@ -162,11 +206,19 @@ def main(argv: list[str] | None = None) -> int:
         "once the order queue is drained. Safe to run at any time and repeatedly. Exit 0 when nothing "
         "is left drifting, 1 when drift remains (e.g. the queue was not drained).",
     )
-    parser.add_argument("--pending-age", type=float, default=120, help="seconds before a reservation is stale")
+    parser.add_argument(
+        "--pending-age",
+        type=float,
+        default=DEFAULT_PENDING_AGE.total_seconds(),
+        metavar="SECONDS",
+        help=f"age at which a reservation is stale (default %(default).0f, at least {MIN_PENDING_AGE.seconds})",
+    )
     parser.add_argument("--no-repair", action="store_true", help="report drift without repairing it")
     parser.add_argument("--voucher", type=int, action="append", help="only this voucher (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     args = parser.parse_args(argv)
+    if args.pending_age < MIN_PENDING_AGE.total_seconds():
+        parser.error(f"--pending-age must be at least {MIN_PENDING_AGE.seconds}: a younger reservation may be live")
     settings = Settings.from_env()
     if not settings.order_queue_url:
         parser.error("ORDER_QUEUE_URL must name the order queue")
@@ -177,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         Gate(redis, Scripts.register(redis)),
         OrderQueue(sqs, settings.order_queue_url),
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
+        dead_letters=lambda: read_dead_letters(sqs, settings.order_dlq_url)[0],
+        hint_ttl=settings.status_ttl_seconds,
         pending_age=timedelta(seconds=args.pending_age),
         repair=not args.no_repair,
         voucher_ids=args.voucher,
@@ -186,7 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         totals = result.totals()
         print(", ".join(f"{k} {v}" for k, v in totals.items()) + f"; queue drained: {result.queue_drained}")
-    remaining = [v for v in result.vouchers if v.drift and v.drift.drifted and not v.repaired]
+    for v in result.vouchers:
+        if v.rebuild_deferred:
+            print(
+                f"voucher {v.voucher_id}: lost from Redis, not rebuilt: orders still wait on the order queue, or the "
+                "dead-letter queue (ORDER_DLQ_URL) could not be read whole; the gate answers 503 for it until a "
+                "later run rebuilds it",
+                file=sys.stderr,
+            )
+    remaining = [v for v in result.vouchers if (v.drift and v.drift.drifted and not v.repaired) or v.rebuild_deferred]
     return 1 if remaining else 0
 
 

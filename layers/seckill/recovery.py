@@ -5,13 +5,15 @@ empty node) every voucher on sale is unknown to the gate. ``rebuild`` puts
 back stock, buyers and window from the database, never clobbering a voucher
 whose state is still there; ``repair`` overwrites a drifted one.
 
-Orders still on the queue are not in MySQL yet, and their pending marks were
-lost with Redis: rebuilt before the queue drains, the stock would count them
-as unsold and the gate would accept orders MySQL must then refuse (FAILED).
-So the command first waits for the queue to drain (``--wait-for-queue``);
-meanwhile the gate answers 503 TRY_AGAIN, never a false "not found".
+Orders accepted but not yet in MySQL are on OrderQueue or in its dead-letter
+queue, and their reservations were lost with Redis: rebuilt without them, the
+stock would count them as unsold and the gate would accept orders MySQL must
+then refuse. So ``recover`` first waits for the queue to drain, then reads the
+dead-letter queue (without consuming it) and gives those orders their
+reservations back; if either cannot be done it changes nothing, and the gate
+keeps answering 503 TRY_AGAIN, never a false "not found".
 
-``python -m seckill.recovery`` rebuilds every voucher whose sale has not ended.
+``python -m seckill.recovery`` runs ``recover`` for every voucher whose sale has not ended.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -28,7 +31,8 @@ from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK, day_key
-from seckill.messages import wait_drained
+from seckill.messages import OrderMessage, dead_lettered_orders, queue_depth, wait_drained
+from seckill.orders import write_pending_hint
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
 
@@ -57,8 +61,18 @@ def voucher_ids_on_sale(db: Database, *, ended_within: timedelta = timedelta(0))
         return [int(r["voucher_id"]) for r in cursor.fetchall()]
 
 
-def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: Mode) -> Restored | None:
+def restore(
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    voucher_id: int,
+    mode: Mode,
+    dead_letters: Sequence[OrderMessage] = (),
+) -> Restored | None:
     """Align one voucher's Redis state with MySQL; None if MySQL does not know it.
+
+    ``dead_letters``: this voucher's orders waiting in the dead-letter queue; those
+    MySQL has not decided get their reservation back (when rebuilding a lost voucher).
 
     The voucher's row stays locked (FOR UPDATE) while the script runs, so no
     persister commits an order between what MySQL says and what Redis is told.
@@ -78,7 +92,7 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
         # Ids travel as JSON strings: Lua numbers are doubles and would round 64-bit order ids.
         decided = [str(r["id"]) for r in orders] + [str(r["order_id"]) for r in rejected]
         applied, old, expected, added, removed = scripts.restore(
-            keys=[keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id)],
+            keys=keys.voucher_keys(voucher_id),
             args=[
                 mode,
                 int(row["stock"]),
@@ -86,6 +100,7 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
                 to_ms(from_db(row["end_time"])),
                 json.dumps([str(r["user_id"]) for r in orders]),
                 json.dumps(decided),
+                json.dumps([[str(m.user_id), str(m.order_id), str(to_ms(m.accepted_at))] for m in dead_letters]),
             ],
         )
     return Restored(
@@ -109,21 +124,85 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
     return int(scripts.counter_floor(keys=[day_key(now)], args=[floor]))
 
 
-def rebuild(db: Database, redis: Any, scripts: Scripts, *, force: bool = False) -> list[Restored]:
+def rebuild_voucher(
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    voucher_id: int,
+    mode: Mode,
+    dead_letters: Sequence[OrderMessage],
+    hint_ttl: int,
+) -> Restored | None:
+    """Rebuild one voucher, its orders waiting in the dead-letter queue counted as
+    outstanding (their status hints, lost with Redis, written again)."""
+    waiting = [m for m in dead_letters if m.voucher_id == voucher_id]
+    restored = restore(db, redis, scripts, voucher_id, mode, waiting)
+    if restored is not None and restored.applied:
+        for m in waiting:
+            write_pending_hint(redis, m, hint_ttl)
+    return restored
+
+
+def rebuild(
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    *,
+    dead_letters: Sequence[OrderMessage],
+    hint_ttl: int,
+    force: bool = False,
+) -> list[Restored]:
     """Every voucher on sale whose Redis state is missing (or, with ``force``, every one),
-    and the order-id counter."""
+    and the order-id counter. Call it only once OrderQueue has drained, with every
+    order of the dead-letter queue: ``recover`` does both."""
     mode: Mode = "repair" if force else "missing"
     restore_order_counter(db, scripts)
-    results = [restore(db, redis, scripts, v, mode) for v in voucher_ids_on_sale(db)]
+    ids = voucher_ids_on_sale(db)
+    results = [rebuild_voucher(db, redis, scripts, v, mode, dead_letters, hint_ttl) for v in ids]
     redis.set(keys.loaded(), 1)
     return [r for r in results if r is not None]
+
+
+def read_dead_letters(sqs: Any, dlq_url: str) -> tuple[list[OrderMessage] | None, str]:
+    """Every order waiting in the dead-letter queue, or None and why not."""
+    if not dlq_url:
+        return None, "ORDER_DLQ_URL is not set, so the orders in the dead-letter queue cannot be counted"
+    orders, complete = dead_lettered_orders(sqs, dlq_url)
+    if not complete:
+        return None, "some dead-lettered messages are in flight (is a replay running?)"
+    return orders, ""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    rebuilt: list[Restored]
+    dead_letters: int  # orders of the dead-letter queue counted as outstanding
+    blocked: str = ""  # why nothing was rebuilt
+
+
+def recover(
+    db: Database, redis: Any, scripts: Scripts, sqs: Any, settings: Settings, *, wait: float, force: bool = False
+) -> Recovery:
+    """After Redis lost its data: once every accepted order can be counted (OrderQueue
+    drained within ``wait`` seconds, the dead-letter queue read whole), rebuild."""
+    if not wait_drained(sqs, settings.order_queue_url, wait):
+        depth = queue_depth(sqs, settings.order_queue_url)
+        return Recovery([], 0, f"{depth} orders are still on the order queue")
+    letters, why = read_dead_letters(sqs, settings.order_dlq_url)
+    if letters is None:
+        return Recovery([], 0, why)
+    rebuilt = rebuild(db, redis, scripts, dead_letters=letters, hint_ttl=settings.status_ttl_seconds, force=force)
+    return Recovery(rebuilt, len(letters))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m seckill.recovery",
         description="Rebuild the Redis state (stock, buyers, sale window) of every voucher on sale from MySQL, "
-        "after Redis lost its data. Vouchers whose state is present are left alone unless --force.",
+        "after Redis lost its data. It first waits for the order queue (ORDER_QUEUE_URL) to drain and reads "
+        "the dead-letter queue (ORDER_DLQ_URL) without consuming it: orders still waiting count as sold. "
+        "Vouchers whose state is present are left alone unless --force. Exit 0 when rebuilt, 1 when it "
+        "could not be done yet (nothing is changed), 2 on a usage or configuration error.",
     )
     parser.add_argument("--force", action="store_true", help="overwrite present state too (repairs drift)")
     parser.add_argument(
@@ -131,23 +210,43 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=30,
         metavar="SECONDS",
-        help="first wait up to this long for ORDER_QUEUE_URL to drain (default 30; 0 to skip)",
+        help="wait up to this long for the order queue to drain (default 30)",
     )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    waiting = args.wait_for_queue > 0 and bool(settings.order_queue_url)
-    if waiting and not wait_drained(sqs_client(), settings.order_queue_url, args.wait_for_queue):
-        print(f"the order queue did not drain within {args.wait_for_queue:.0f} s; rebuilding anyway")
+    if not settings.order_queue_url or not settings.order_dlq_url:
+        parser.error("ORDER_QUEUE_URL and ORDER_DLQ_URL must name the order queue and its dead-letter queue")
     redis = redis_client(settings)
-    results = rebuild(Database.from_settings(settings), redis, Scripts.register(redis), force=args.force)
-    for r in results:
+    done = recover(
+        Database.from_settings(settings),
+        redis,
+        Scripts.register(redis),
+        sqs_client(),
+        settings,
+        wait=args.wait_for_queue,
+        force=args.force,
+    )
+    if done.blocked:
+        print(
+            f"not rebuilt: {done.blocked}. Nothing was changed; the gate answers 503 TRY_AGAIN for lost vouchers "
+            "until this succeeds. Let the persister drain the queue (is MySQL up?), let any replay finish, "
+            "then run this again.",
+            file=sys.stderr,
+        )
+        return 1
+    for r in done.rebuilt:
         if r.applied:
             print(
                 f"voucher {r.voucher_id}: stock {r.redis_stock} -> {r.expected_stock}, "
                 f"buyers +{r.buyers_added} -{r.buyers_removed}"
             )
-    rebuilt = sum(r.applied for r in results)
-    print(f"{rebuilt} of {len(results)} vouchers on sale rebuilt")
+    rebuilt = sum(r.applied for r in done.rebuilt)
+    print(f"{rebuilt} of {len(done.rebuilt)} vouchers on sale rebuilt")
+    if done.dead_letters:
+        print(
+            f"{done.dead_letters} orders in the dead-letter queue were counted as sold; "
+            "replay them (seckill-dlq-replay) once their cause is fixed"
+        )
     return 0
 
 

@@ -31,10 +31,11 @@ class Scripts:
     attach: Script
     release: Script
     settle: Script
+    promise: Script
     restore: Script
     counter_floor: Script
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        names = ("gate", "attach", "release", "settle", "restore", "counter_floor")
+        names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor")
         return cls(**{name: redis.register_script(read_script(name)) for name in names})

@@ -44,10 +44,10 @@ from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
-from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
+from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.migrate import migrate
-from seckill.reconcile import reconcile
-from seckill.recovery import rebuild
+from seckill.reconcile import MIN_PENDING_AGE, reconcile
+from seckill.recovery import read_dead_letters, recover
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens, store_tokens
 from seckill_local import chaos
@@ -191,6 +191,8 @@ class Sale:
             self.gate,
             OrderQueue(self.sqs, self.queue_url),
             drained=queue_depth(self.sqs, self.queue_url) == 0,
+            dead_letters=lambda: read_dead_letters(self.sqs, self.dlq_url)[0],
+            hint_ttl=Settings.from_env().status_ttl_seconds,
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
@@ -257,25 +259,26 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
     time.sleep(1.0)
     sale.private_redis.start()
     store_tokens(sale.redis, tokens, ttl_seconds=3600)
-    # As `python -m seckill.recovery` does: let accepted orders reach MySQL first.
-    wait_drained(sale.sqs, sale.queue_url, timeout=15)
+    settings = Settings.from_env({**os.environ, "ORDER_QUEUE_URL": sale.queue_url, "ORDER_DLQ_URL": sale.dlq_url})
     for attempt in range(5):  # the connection killer may hit this run's own connections too
         try:
-            rebuilt = rebuild(sale.db, sale.redis, sale.gate.scripts)
-            break
+            done = recover(sale.db, sale.redis, sale.gate.scripts, sale.sqs, settings, wait=15)
+            if not done.blocked:
+                break
         except pymysql.Error:
             sale.db.close()
-            time.sleep(0.2 * (attempt + 1))
+        time.sleep(0.2 * (attempt + 1))
     else:
         raise RuntimeError("could not rebuild Redis after the restart")
-    chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=sum(r.applied for r in rebuilt))
+    rebuilt = sum(r.applied for r in done.rebuilt)
+    chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
 
 
 def reconcile_periodically(sale: Sale, stop: threading.Event, totals: Counter[str]) -> None:
     """What ReconcilerFunction's schedule does in AWS, at a pace that fits a short sale."""
     while not stop.wait(RECONCILE_EVERY):
         try:
-            totals.update(sale.reconcile(pending_age=timedelta(seconds=RECONCILE_EVERY)))
+            totals.update(sale.reconcile(pending_age=MIN_PENDING_AGE))
         except Exception:  # a failed scheduled run; the next one tries again
             sale.db.close()
 
