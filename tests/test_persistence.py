@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -20,17 +19,11 @@ from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import MalformedMessage, OrderMessage
+from seckill.orders import write_pending_hint
 from seckill.persistence import Decision, OrderIdConflict, persist_order
-from seckill.timeutil import from_ms, to_db
+from seckill.timeutil import to_db
 from tests.conftest import db_rows, new_user
-
-
-def accepted(gate: Gate, voucher_id: int, user_id: int | None = None) -> OrderMessage:
-    """What the API does for a winner: reserve, make the order id, attach it."""
-    reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
-    order_id = next_order_id(gate.redis)
-    assert gate.attach(reservation, order_id) == 1
-    return OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
+from tests.helpers import accept
 
 
 def fabricated(voucher_id: int, user_id: int, redis: Any) -> OrderMessage:
@@ -64,7 +57,7 @@ def test_confirmed_inserts_decrements_and_clears_the_pending_mark(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     assert pending_mark(redis, message) is not None
 
     decision = persist_order(db, gate, message)
@@ -86,7 +79,7 @@ def test_same_order_id_again_changes_nothing(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     assert persist_order(db, gate, message).changed is True
 
     for _ in range(3):
@@ -100,7 +93,7 @@ def test_redelivery_of_a_confirmed_order_with_a_later_reservation_pending(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     persist_order(db, gate, message)
     # Some later pending mark of the same user (e.g. written by hand while reconciling).
     redis.hset(keys.pending(voucher_id), str(message.user_id), "1:other:42")
@@ -116,7 +109,7 @@ def test_another_order_of_the_same_user_fails_duplicate(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    first = accepted(gate, voucher_id)
+    first = accept(gate, voucher_id)
     persist_order(db, gate, first)
     second = fabricated(voucher_id, first.user_id, redis)
 
@@ -138,7 +131,7 @@ def test_database_stock_zero_fails_sold_out_and_clears_the_mark(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     # Redis and MySQL drifted: the database has nothing left.
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
 
@@ -159,7 +152,7 @@ def test_last_unit_goes_to_the_first_order_only(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=1)
-    winner = accepted(gate, voucher_id)
+    winner = accept(gate, voucher_id)
     late = fabricated(voucher_id, new_user(), redis)
     assert persist_order(db, gate, winner).status == "CONFIRMED"
     assert persist_order(db, gate, late) == Decision("FAILED", "SOLD_OUT", changed=True)
@@ -189,7 +182,7 @@ def test_rejected_order_redelivered_stays_failed_never_both(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     assert persist_order(db, gate, message).reason == "SOLD_OUT"
 
@@ -206,7 +199,7 @@ def test_duplicate_redelivered_stays_failed(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    first = accepted(gate, voucher_id)
+    first = accept(gate, voucher_id)
     persist_order(db, gate, first)
     second = fabricated(voucher_id, first.user_id, redis)
     persist_order(db, gate, second)
@@ -222,7 +215,7 @@ def test_concurrent_redeliveries_confirm_once(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     decisions: list[Decision] = []
     start = threading.Barrier(4)
 
@@ -246,7 +239,7 @@ def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     decisions: list[Decision] = []
     deadlocks: list[pymysql.err.OperationalError] = []
@@ -282,7 +275,7 @@ def test_unreachable_database_propagates_and_writes_nothing(
     db: Database, creds: Credentials, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accepted(gate, voucher_id)
+    message = accept(gate, voucher_id)
     mark = pending_mark(redis, message)
     unreachable = Database(replace(creds, port=1))
 
@@ -346,6 +339,10 @@ def test_offset_times_are_kept_as_the_same_instant() -> None:
         pytest.param(json.dumps(dict(GOOD, acceptedAt="yesterday")), id="acceptedAt-bad"),
         pytest.param(json.dumps(dict(GOOD, acceptedAt=1796040000)), id="acceptedAt-number"),
         pytest.param(json.dumps(dict(GOOD, acceptedAt="2026-11-30T12:00:00")), id="acceptedAt-naive"),
+        # Parse, but MySQL could never store them: every delivery would fail, DLQ -> replay -> DLQ.
+        pytest.param(json.dumps(dict(GOOD, acceptedAt="0001-01-01T00:00:00+01:00")), id="acceptedAt-overflows"),
+        pytest.param(json.dumps(dict(GOOD, acceptedAt="9999-12-31T23:59:59-01:00")), id="acceptedAt-past-9999"),
+        pytest.param(json.dumps(dict(GOOD, acceptedAt="2021-12-31T23:59:59Z")), id="acceptedAt-before-order-ids"),
     ],
 )
 def test_from_json_rejects_malformed_bodies(body: str) -> None:
@@ -360,7 +357,7 @@ def test_an_order_id_held_by_another_order_is_never_taken_for_a_redelivery(
     order could arrive under a stored order's id: it must fail loudly (SQS retries,
     then the DLQ and its alarm), not be absorbed as a redelivery and lost."""
     voucher_id = make_voucher(stock=5)
-    first = accepted(gate, voucher_id)
+    first = accept(gate, voucher_id)
     assert persist_order(db, gate, first).status == "CONFIRMED"
     clash = replace(first, user_id=new_user())
     with pytest.raises(OrderIdConflict):
@@ -368,3 +365,25 @@ def test_an_order_id_held_by_another_order_is_never_taken_for_a_redelivery(
     assert [row["user_id"] for row in orders(db, id=first.order_id)] == [first.user_id]
     assert rejection(db, first.order_id) is None
     assert db_stock(db, voucher_id) == 4
+
+
+def test_a_rejected_order_id_reused_for_another_user_is_a_conflict_not_a_redelivery(
+    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+) -> None:
+    """An id stored as FAILED arriving again for another user is not "already decided":
+    absorbing it would lose that user's order and rewrite the status hint to them,
+    showing them another user's order."""
+    voucher_id = make_voucher(stock=5)
+    first = accept(gate, voucher_id)
+    write_pending_hint(redis, first, 60)
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
+    assert persist_order(db, gate, first) == Decision("FAILED", "SOLD_OUT")
+    hint = redis.get(keys.order_status(first.order_id))
+    assert json.loads(hint)["userId"] == first.user_id
+    clash = replace(first, user_id=new_user())
+    with pytest.raises(OrderIdConflict):
+        persist_order(db, gate, clash)
+    assert rejection(db, first.order_id)["user_id"] == first.user_id
+    assert redis.get(keys.order_status(first.order_id)) == hint
+    # The same order again is still absorbed as decided.
+    assert persist_order(db, gate, first) == Decision("FAILED", "SOLD_OUT", changed=False)

@@ -19,8 +19,8 @@ from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
-from seckill.timeutil import from_ms
 from tests.conftest import closed_port, db_rows, load_event, new_user
+from tests.helpers import accept
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -52,20 +52,6 @@ def persist(handlers: dict[str, Handler], context: Any) -> Callable[..., dict[st
         return handlers["OrderPersisterFunction"](json.loads(json.dumps(batch(*records))), context)
 
     return invoke
-
-
-@pytest.fixture
-def accept(gate: Gate, redis: Any) -> Callable[[int, int], OrderMessage]:
-    """What the API does for a winner, short of sending: reserve in the gate, make the
-    order id, attach it to the reservation, and return the message it would queue."""
-
-    def accept(voucher_id: int, user_id: int) -> OrderMessage:
-        reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
-        order_id = next_order_id(redis)
-        assert gate.attach(reservation, order_id)
-        return OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-
-    return accept
 
 
 def db_stock(db: Database, voucher_id: int) -> int:
@@ -103,14 +89,14 @@ def test_sample_event_shape_is_what_the_handler_takes(
 
 def test_confirmed_order_is_stored_stock_decremented_and_pending_cleared(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
     redis: Any,
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(voucher_id, user_id)
+    message = accept(gate, voucher_id, user_id)
     assert redis.hexists(keys.pending(voucher_id), str(user_id))
 
     assert failures(persist(record(message.to_json()))) == set()
@@ -129,12 +115,12 @@ def test_confirmed_order_is_stored_stock_decremented_and_pending_cleared(
 
 def test_redelivery_is_success_and_changes_nothing(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(voucher_id, new_user())
+    message = accept(gate, voucher_id, new_user())
     rec = record(message.to_json())
     assert failures(persist(rec)) == set()
     for _ in range(3):
@@ -146,14 +132,14 @@ def test_redelivery_is_success_and_changes_nothing(
 
 def test_second_order_of_the_same_user_is_failed_duplicate_and_not_retried(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
     redis: Any,
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    first = accept(voucher_id, user_id)
+    first = accept(gate, voucher_id, user_id)
     assert failures(persist(record(first.to_json()))) == set()
     # Another order id for the same (user, voucher): e.g. a Redis failover forgot the buyer.
     second = OrderMessage(next_order_id(redis), user_id, voucher_id, datetime.now(UTC))
@@ -173,14 +159,14 @@ def test_second_order_of_the_same_user_is_failed_duplicate_and_not_retried(
 
 def test_database_stock_zero_is_failed_sold_out_recorded_and_not_retried(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
     redis: Any,
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(voucher_id, user_id)
+    message = accept(gate, voucher_id, user_id)
     with db.transaction() as cursor:
         cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (voucher_id,))
 
@@ -220,7 +206,7 @@ def test_malformed_message_is_a_batch_item_failure(
 def test_database_unreachable_is_a_batch_item_failure_then_succeeds_on_retry(
     handlers: dict[str, Handler],
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     creds: Credentials,
     db: Database,
@@ -229,7 +215,7 @@ def test_database_unreachable_is_a_batch_item_failure_then_succeeds_on_retry(
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(voucher_id, user_id)
+    message = accept(gate, voucher_id, user_id)
     rec = record(message.to_json())
     module = sys.modules[handlers["OrderPersisterFunction"].__module__]
     unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
@@ -247,12 +233,12 @@ def test_database_unreachable_is_a_batch_item_failure_then_succeeds_on_retry(
 
 def test_the_same_batch_twice_leaves_one_row_per_order(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    messages = [accept(voucher_id, new_user()) for _ in range(6)]
+    messages = [accept(gate, voucher_id, new_user()) for _ in range(6)]
     records = [record(m.to_json()) for m in messages]
 
     assert failures(persist(*records)) == set()
@@ -267,15 +253,15 @@ def test_the_same_batch_twice_leaves_one_row_per_order(
 
 def test_mixed_batch_reports_exactly_the_failing_records(
     persist: Callable[..., dict[str, Any]],
-    accept: Callable[[int, int], OrderMessage],
+    gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
     redis: Any,
 ) -> None:
     voucher_id = make_voucher(stock=10)
     sold_out = make_voucher(stock=10)
-    good = [accept(voucher_id, new_user()) for _ in range(3)]
-    refused = accept(sold_out, new_user())
+    good = [accept(gate, voucher_id, new_user()) for _ in range(3)]
+    refused = accept(gate, sold_out, new_user())
     with db.transaction() as cursor:
         cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (sold_out,))
     bad = [record("{oops"), record('{"orderId": "1", "userId": 2}')]

@@ -17,15 +17,14 @@ import pytest
 from seckill import keys
 from seckill.db import Database
 from seckill.errors import SeckillError
-from seckill.gate import Gate, Reservation
+from seckill.gate import Gate
 from seckill.ids import SEQUENCE_MASK, day_key, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
-from seckill.reconcile import reconcile
 from seckill.recovery import rebuild, restore, restore_order_counter
 from seckill.scripts import Scripts
-from seckill.timeutil import from_ms
 from tests.conftest import db_rows, drain, new_user
+from tests.helpers import HINT_TTL, accept, reconcile_voucher
 
 NOW = timedelta(0)  # every reservation counts as stale
 
@@ -39,13 +38,13 @@ def confirmed(db: Database, voucher_id: int) -> int:
     return len(db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id))
 
 
-def win(gate: Gate, voucher_id: int, user_id: int | None = None, *, attach: bool = True) -> tuple[Reservation, int]:
-    """The API's steps up to (not including) the SQS send."""
-    reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
-    order_id = next_order_id(gate.redis)
-    if attach:
-        gate.attach(reservation, order_id)
-    return reservation, order_id
+def win(gate: Gate, voucher_id: int, user_id: int | None = None, *, attach: bool = True) -> tuple[Any, int | None]:
+    """A press answered 202 (its message, its order id), or with ``attach=False`` one
+    whose function died before it had an order id (its reservation, None)."""
+    if not attach:
+        return gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex), None
+    message = accept(gate, voucher_id, user_id)
+    return message, message.order_id
 
 
 def persist_queue(sqs: Any, url: str, db: Database, gate: Gate) -> int:
@@ -64,18 +63,39 @@ def queue(sqs: Any, queues: dict[str, str]) -> OrderQueue:
 @pytest.fixture
 def run(db: Database, gate: Gate, scripts: Scripts, queue: OrderQueue) -> Callable[..., Any]:
     def run(voucher_id: int, *, drained: bool = True, pending_age: timedelta = NOW) -> Any:
-        result = reconcile(db, gate, queue, drained=drained, pending_age=pending_age, voucher_ids=[voucher_id])
-        return result.vouchers[0]
+        return reconcile_voucher(db, gate, queue, voucher_id, drained=drained, pending_age=pending_age)
 
     return run
 
 
-def test_crash_between_gate_and_send_with_order_id_is_requeued_and_confirmed(
+def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     db: Database, gate: Gate, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
-    """Seeds' defect: orders lost on crash (between the gate and the queue)."""
+    """The function died after attaching the order id, before any send: nobody was
+    answered 202, so the order is failed (a late copy could never confirm it) and
+    the unit goes back on sale."""
     voucher_id = make_voucher(stock=3)
-    reservation, order_id = win(gate, voucher_id)  # then the function died: nothing was sent
+    message = accept(gate, voucher_id, promise=False)
+
+    result = run(voucher_id)
+    assert result.failed == [str(message.order_id)]
+    assert result.requeued == []
+    assert drain(sqs, queue.queue_url) == []
+    assert stocks(db, redis, voucher_id) == (3, 3)
+    assert not redis.sismember(keys.buyers(voucher_id), message.user_id)
+    assert persist_order(db, gate, message).status == "FAILED"  # a copy that was sent after all
+    assert confirmed(db, voucher_id) == 0
+    reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)
+    assert reasons == [{"reason": "NOT_QUEUED"}]
+
+
+def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
+    db: Database, gate: Gate, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
+) -> None:
+    """Seeds' defect: orders lost (between the gate and the queue). The client holds
+    a 202 (the send was in doubt) but the message never reached the queue."""
+    voucher_id = make_voucher(stock=3)
+    reservation, order_id = win(gate, voucher_id)
 
     result = run(voucher_id)
     assert result.requeued == [str(order_id)]
@@ -121,7 +141,7 @@ def test_decided_order_whose_mark_was_not_cleared_is_cleared(
 ) -> None:
     voucher_id = make_voucher(stock=2)
     reservation, order_id = win(gate, voucher_id)
-    message = OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
+    message = reservation
     # The persister committed, then could not reach Redis to clear the mark.
     unreachable = redis_unreachable()
     persist_order(db, Gate(unreachable, Scripts.register(unreachable)), message)
@@ -145,8 +165,8 @@ def test_drift_is_repaired_only_once_the_queue_is_drained(
 ) -> None:
     """Seeds' defect: Redis/DB double-write drift."""
     voucher_id = make_voucher(stock=5)
-    reservation, order_id = win(gate, voucher_id)
-    persist_order(db, gate, OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    reservation, _ = win(gate, voucher_id)
+    persist_order(db, gate, reservation)
     stranger = new_user()
     redis.set(keys.stock(voucher_id), 9)
     redis.srem(keys.buyers(voucher_id), reservation.user_id)
@@ -220,8 +240,8 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     voucher_id = make_voucher(stock=10)
     first_buyers = [new_user() for _ in range(4)]
     for user_id in first_buyers:
-        reservation, order_id = win(gate, voucher_id, user_id)
-        message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+        reservation, _ = win(gate, voucher_id, user_id)
+        message = reservation
         persist_order(db, gate, message)
 
     lose_redis_state(redis, voucher_id)
@@ -230,7 +250,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
         gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
     assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
 
-    rebuilt = [r for r in rebuild(db, redis, scripts) if r.voucher_id == voucher_id]
+    rebuilt = [r for r in rebuild(db, redis, scripts, dead_letters=[], hint_ttl=HINT_TTL) if r.voucher_id == voucher_id]
     assert redis.exists(keys.loaded())
     assert rebuilt
     assert rebuilt[0].applied
@@ -246,11 +266,11 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     outcomes = []
     for user_id in newcomers:
         try:
-            reservation, order_id = win(gate, voucher_id, user_id)
+            reservation, _ = win(gate, voucher_id, user_id)
         except SeckillError as error:
             outcomes.append(error.code)
             continue
-        persist_order(db, gate, OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms)))
+        persist_order(db, gate, reservation)
         outcomes.append("OK")
     assert outcomes == ["OK"] * 6 + ["SOLD_OUT"] * 2
     assert confirmed(db, voucher_id) == 10
@@ -266,14 +286,14 @@ def test_redis_flushed_with_orders_still_queued_oversells_nothing(
     voucher_id = make_voucher(stock=3)
     queued = []
     for _ in range(3):
-        reservation, order_id = win(gate, voucher_id)
-        queued.append(OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+        reservation, _ = win(gate, voucher_id)
+        queued.append(reservation)
     lose_redis_state(redis, voucher_id)
-    rebuild(db, redis, scripts)
+    rebuild(db, redis, scripts, dead_letters=[], hint_ttl=HINT_TTL)
     late = []
     for _ in range(3):
-        reservation, order_id = win(gate, voucher_id)
-        late.append(OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+        reservation, _ = win(gate, voucher_id)
+        late.append(reservation)
     decisions = [persist_order(db, gate, m).status for m in queued + late]
     assert decisions == ["CONFIRMED"] * 3 + ["FAILED"] * 3
     assert confirmed(db, voucher_id) == 3
@@ -295,18 +315,17 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
 
     def reconcile_loop() -> None:
         while not stop.is_set():
-            result = reconcile(db, gate, queue, drained=True, voucher_ids=[voucher_id])
-            passes.append(result.vouchers[0])
+            passes.append(reconcile_voucher(db, gate, queue, voucher_id, pending_age=timedelta(minutes=2)))
 
     def buyer(users: list[int]) -> list[str]:
         outcomes = []
         for user_id in users:
             try:
-                reservation, order_id = win(gate, voucher_id, user_id)
+                reservation, _ = win(gate, voucher_id, user_id)
             except SeckillError as refused:
                 outcomes.append(refused.code)
                 continue
-            message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+            message = reservation
             outcomes.append(persist_order(db, gate, message).status)
         return outcomes
 
@@ -358,7 +377,7 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, voucher_id)
-    persist_order(db, gate, OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms)))
+    persist_order(db, gate, reservation)
     key = day_key(datetime.now(UTC))
     before = int(redis.get(key))
     try:

@@ -24,11 +24,10 @@ from seckill.gate import SOLD_OUT, Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.orders import order_status
-from seckill.reconcile import reconcile
 from seckill.scripts import Scripts, lua_dir, read_script
-from seckill.timeutil import from_ms
 from seckill_local.feeder import sqs_event
 from tests.conftest import body, db_rows, drain, load_event, new_user
+from tests.helpers import accept, reconcile_voucher
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
@@ -37,14 +36,6 @@ MALFORMED = '{"orderId": 42, "userId": "x"}'
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def accept(gate: Gate, voucher_id: int, user_id: int | None = None) -> OrderMessage:
-    """What the API does for a winner, short of sending: reserve, make the order id, attach it."""
-    reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
-    order_id = next_order_id(gate.redis)
-    assert gate.attach(reservation, order_id)
-    return OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
 
 
 def send(sqs: Any, url: str, *bodies: str) -> None:
@@ -142,11 +133,12 @@ def test_seed_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, 
         return redis.eval(read_script(name), len(script_keys), *script_keys, *args)
 
     user, token, order_id = new_user(), uuid.uuid4().hex, next_order_id(redis)
-    code, now_ms = run("gate", all_keys, user, token)
+    code, now_ms, _ = run("gate", all_keys, user, token)
     assert code == 0
     assert now_ms > 0
     assert redis.get(stock) == "1"  # deducted: no `incyby`
     assert run("attach", [pending], user, token, order_id) == 1
+    assert run("promise", [pending], user, order_id) == 1
     assert run("settle", [pending], user, order_id) == 1
     other, other_token = new_user(), uuid.uuid4().hex
     assert run("gate", all_keys, other, other_token)[0] == 0
@@ -155,7 +147,7 @@ def test_seed_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, 
     assert redis.get(stock) == "1"
     begin, end = redis.hmget(window, "begin", "end")
     # MySQL holds user's order (stock 1): {written 0, Redis stock 1, expected 1, buyers +0, -0}.
-    check = run("restore", all_keys, "check", 1, begin, end, json.dumps([user]), json.dumps([order_id]))
+    check = run("restore", all_keys, "check", 1, begin, end, json.dumps([user]), json.dumps([order_id]), "[]")
     assert check == [0, 1, 1, 0, 0]
     counter = f"icr:order:test:{uuid.uuid4().hex}"  # not today's real counter
     try:
@@ -252,25 +244,26 @@ def test_seed_send_failing_after_redis_deducted_releases_and_answers_503(
     assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
 
 
-def test_seed_crash_between_gate_and_send_with_an_order_id_is_requeued(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
+def test_seed_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
+    sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
     """Seeds 5.1(6): "a process crash loses orders: the in-memory queue is not persistent, so
     the orders not yet processed are lost, while Redis has already deducted the stock and recorded
     the user and the database has no order: the user cannot order again, the stock is one short."
 
-    The function died after attaching the order id, before the send: reconciliation re-queues it."""
+    The function died after attaching the order id, before the send and before any 202:
+    reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, voucher_id)  # ...and nothing was sent
+    message = accept(gate, voucher_id, promise=False)  # ...and nothing was sent
 
-    queue = OrderQueue(sqs, queue_url)
-    result = reconcile(db, gate, queue, drained=False, pending_age=timedelta(0), voucher_ids=[voucher_id])
+    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id, drained=False)
 
-    assert result.vouchers[0].requeued == [str(message.order_id)]
-    assert poll(queue_url) == ([message.to_json()], [])
-    assert order_ids(db, voucher_id) == {message.order_id}
-    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("2", 2)
-    assert not redis.exists(keys.pending(voucher_id))
+    assert result.failed == [str(message.order_id)]
+    assert queue_depth(sqs, queue_url) == 0
+    assert order_ids(db, voucher_id) == set()
+    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("3", 3)
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+    gate.reserve(voucher_id, message.user_id, uuid.uuid4().hex)  # the user may order again
 
 
 def test_seed_crash_between_gate_and_send_without_an_order_id_is_released(
@@ -285,10 +278,9 @@ def test_seed_crash_between_gate_and_send_without_an_order_id_is_released(
     gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # ...and the function died
     assert redis.get(keys.stock(voucher_id)) == "2"
 
-    queue = OrderQueue(sqs, queue_url)
-    result = reconcile(db, gate, queue, drained=True, pending_age=timedelta(0), voucher_ids=[voucher_id])
+    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id)
 
-    assert (result.vouchers[0].released, result.vouchers[0].requeued) == ([user_id], [])
+    assert (result.released, result.requeued) == ([user_id], [])
     assert queue_depth(sqs, queue_url) == 0
     assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("3", 3)
     assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
@@ -309,7 +301,7 @@ def test_seed_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained
 
     def run() -> Any:
         drained = queue_depth(sqs, queue_url) == 0
-        return reconcile(db, gate, queue, drained=drained, voucher_ids=[voucher_id]).vouchers[0]
+        return reconcile_voucher(db, gate, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
 
     reported = run()  # the order is still on the queue
     assert (reported.drift.drifted, reported.repaired) == (True, False)
