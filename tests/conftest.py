@@ -156,6 +156,7 @@ def session_queues(sqs: Any, template: Template) -> dict[str, str]:
 def handlers(creds: Credentials, session_queues: dict[str, str], template: Template) -> dict[str, Callable]:
     """The three Lambda handlers, imported as the runtime would, wired to the suite's services."""
     os.environ["ORDER_QUEUE_URL"] = session_queues["OrderQueue"]
+    os.environ["ORDER_DLQ_URL"] = session_queues["OrderDeadLetterQueue"]
     return {logical_id: load_handler(fn) for logical_id, fn in template.functions.items()}
 
 

@@ -130,6 +130,7 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
         reservation = gate.reserve(voucher_id, first, uuid.uuid4().hex)
         order_id = next_order_id(cluster)  # icr:order:* lives in a slot of its own
         assert gate.attach(reservation, order_id) == 1
+        assert gate.promise(voucher_id, first, order_id)
         gate.reserve(voucher_id, second, uuid.uuid4().hex)
         with pytest.raises(SeckillError) as sold_out:
             gate.reserve(voucher_id, late, uuid.uuid4().hex)

@@ -29,12 +29,14 @@ ON_SALE = 1  # tb_voucher.status
 def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int) -> int:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
-    Returns the order id the client is answered 202 with: the order is on the
-    queue, or its reservation is promised and reconciliation re-queues it. A
-    refusal raises the gate's error. ``TryAgain`` (503) means no order exists for
-    this press: nothing is queued and the reservation is given back, or, where
-    that is unknown, the reservation stays unpromised, so reconciliation fails
-    the order and the user's next press resumes it (docs/reservations.md).
+    Returns the order id the client is answered 202 with. A refusal raises the
+    gate's error. The rule for the rest (docs/reservations.md): once an order id
+    may be on the queue, the press is answered 202 with it, and the reservation
+    is marked promised, so that reconciliation re-queues an order that never
+    arrived. ``TryAgain`` (503) is raised only when this request's order id is
+    certainly not on the queue; its reservation is then given back, or, if even
+    that fails, left unpromised: the user's next press resumes that order, and
+    reconciliation otherwise fails it, so it can never be confirmed unseen.
     """
     try:
         reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
@@ -44,23 +46,16 @@ def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, us
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
     except NotFound:
         raise _not_in_redis(gate, db, voucher_id) from None
+    # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
     order_id = reservation.order_id if resumed else _attach_new_id(gate, reservation)
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
     write_pending_hint(gate.redis, message, status_ttl)
-    sent = queue.send(message)
-    if sent is Sent.SENT:
-        # On the queue: 202 whatever happens next; the promise only tells reconciliation so.
+    if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, message)
         return order_id
-    if sent is Sent.IN_DOUBT:
-        # Maybe on the queue (even several times), maybe not: it may no longer be given back.
-        if _promise(gate, message):
-            return order_id  # reconciliation re-queues it if it never arrives
-        raise TryAgain("the order could not be queued, please try again")
-    if not resumed:
-        # Refused, and no other request ever sent this id: give the unit back.
-        _release(gate, reservation, order_id)
+    # Certainly not on the queue, and no other request ever sent this id.
+    _release(gate, reservation, order_id)
     raise TryAgain("the order could not be queued, please try again")
 
 
@@ -88,15 +83,13 @@ def write_pending_hint(redis: Any, m: OrderMessage, ttl: int) -> None:
         log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
 
 
-def _promise(gate: Gate, m: OrderMessage) -> bool:
-    """True once the reservation says the client was told 202 (or the order is
-    decided already); False when Redis could not be told."""
+def _promise(gate: Gate, m: OrderMessage) -> None:
+    """Tell reconciliation the client holds a 202. If Redis cannot be told and the
+    message never arrived, reconciliation fails the order: decided, never lost."""
     try:
         gate.promise(m.voucher_id, m.user_id, m.order_id)
     except RedisError:
         log.warning("could not mark order %s promised", m.order_id, exc_info=True)
-        return False
-    return True
 
 
 def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None:
