@@ -5,6 +5,7 @@ Each test names the defect of the seeds (SPEC §6) it covers.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from seckill.gate import Gate
 from seckill.ids import SEQUENCE_MASK, day_key, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
-from seckill.recovery import rebuild, restore, restore_order_counter
+from seckill.recovery import read_dead_letters, rebuild, restore, restore_order_counter
 from seckill.scripts import Scripts
 from tests.conftest import db_rows, drain, new_user
 from tests.helpers import HINT_TTL, accept, reconcile_voucher
@@ -390,3 +391,55 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     finally:
         redis.set(key, max(before, int(redis.get(key) or 0)))
     assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK
+
+
+def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
+    gate: Gate, db: Database, redis: Any, queue: OrderQueue, make_voucher: Callable
+) -> None:
+    """Orders in the DLQ (MySQL was down for them) when Redis loses its data. Before:
+    the rebuild counted their units as unsold, new buyers got 202s, and after the
+    replay the earlier 202s ended FAILED SOLD_OUT: more 202s than stock."""
+    voucher_id = make_voucher(stock=3)
+    stored, dead = accept(gate, voucher_id), accept(gate, voucher_id)
+    persist_order(db, gate, stored)
+    lose_redis_state(redis, voucher_id)
+    try:
+        deferred = reconcile_voucher(db, gate, queue, voucher_id, dead_letters=None)  # the DLQ could not be read
+        assert deferred.rebuild_deferred
+        assert not redis.exists(keys.stock(voucher_id))
+
+        rebuilt = reconcile_voucher(db, gate, queue, voucher_id, dead_letters=[dead], pending_age=timedelta(hours=1))
+        assert rebuilt.rebuilt
+        assert redis.get(keys.stock(voucher_id)) == "1"
+        assert redis.smembers(keys.buyers(voucher_id)) == {str(stored.user_id), str(dead.user_id)}
+        assert json.loads(redis.get(keys.order_status(dead.order_id)))["status"] == "PENDING"
+    finally:
+        redis.set(keys.loaded(), 1)
+
+    late = accept(gate, voucher_id)
+    with pytest.raises(SeckillError) as sold_out:
+        accept(gate, voucher_id)
+    assert sold_out.value.code == "SOLD_OUT"
+    # The DLQ is replayed: every 202 is confirmed, none fails.
+    decisions = [persist_order(db, gate, m).status for m in (dead, late)]
+    assert decisions == ["CONFIRMED", "CONFIRMED"]
+    assert confirmed(db, voucher_id) == 3
+    assert stocks(db, redis, voucher_id) == (0, 0)
+    assert redis.hlen(keys.pending(voucher_id)) == 0
+
+
+def test_dead_lettered_orders_are_read_without_being_consumed(sqs: Any, queues: dict[str, str]) -> None:
+    dlq = queues["OrderDeadLetterQueue"]
+    orders = [OrderMessage(1000 + i, 7 + i, 9, datetime.now(UTC)) for i in range(13)]
+    for m in orders:
+        sqs.send_message(QueueUrl=dlq, MessageBody=m.to_json())
+    sqs.send_message(QueueUrl=dlq, MessageBody="not an order")
+    letters, why = read_dead_letters(sqs, dlq)
+    assert why == ""
+    assert sorted(m.order_id for m in letters or []) == [m.order_id for m in orders]
+    assert queue_depth(sqs, dlq) == 14
+    assert len(drain(sqs, dlq)) == 14, "every message is visible again at once"
+    assert read_dead_letters(sqs, "") == (
+        None,
+        "ORDER_DLQ_URL is not set, so the orders in the dead-letter queue cannot be counted",
+    )
