@@ -5,9 +5,12 @@ when the env var ``SECKILL_LOCAL_CHAOS`` holds a JSON config. It works below
 our code, at the libraries' edges, so the service meets the faults exactly as
 it would in AWS:
 
-- ``sendFailure``: share of SQS SendMessage calls that fail (botocore hook);
+- ``sendFailure``: share of SQS SendMessage calls refused before anything left
+  (a connection that could not be made: certainly not stored);
+- ``sendReplyLost``: share of SendMessage calls whose message SQS stored but
+  whose reply never arrived (a read timeout after the request went out);
 - ``sendCrash``: share of SendMessage calls at which the container dies, after
-  the gate reserved and before the message left (the seeds' crash window);
+  the gate reserved and before the message left;
 - ``persisterCrash``: share of database commits after which the container dies,
   mid-batch, before it could answer.
 
@@ -35,10 +38,6 @@ import redis as redis_lib
 
 ENV = "SECKILL_LOCAL_CHAOS"
 CRASH_EXIT_CODE = 70
-
-
-class InjectedSendFailure(Exception):
-    """What a refused SendMessage looks like to the caller: an error it cannot retry away."""
 
 
 def record(log: str | Path, fault: str, **details: Any) -> None:
@@ -69,8 +68,10 @@ def install(function: str) -> None:
 
     send_failure = float(config.get("sendFailure", 0))
     send_crash = float(config.get("sendCrash", 0))
-    if send_failure or send_crash:
+    reply_lost = float(config.get("sendReplyLost", 0))
+    if send_failure or send_crash or reply_lost:
         import boto3
+        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
         def before_send(request: Any, **_: Any) -> None:
             roll = chance()
@@ -79,10 +80,16 @@ def install(function: str) -> None:
                 os._exit(CRASH_EXIT_CODE)
             if roll < send_crash + send_failure:
                 record(log, "sqs-send-failure", function=function)
-                raise InjectedSendFailure("SendMessage refused (injected)")
+                raise EndpointConnectionError(endpoint_url=request.url)
+
+        def after_call(**_: Any) -> None:
+            if chance() < reply_lost:
+                record(log, "sqs-reply-lost", function=function)
+                raise ReadTimeoutError(endpoint_url="SendMessage (reply lost, injected)")
 
         boto3.setup_default_session()
         boto3.DEFAULT_SESSION.events.register("before-send.sqs.SendMessage", before_send)
+        boto3.DEFAULT_SESSION.events.register("after-call.sqs.SendMessage", after_call)
 
     persister_crash = float(config.get("persisterCrash", 0))
     if persister_crash:

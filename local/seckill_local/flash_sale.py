@@ -51,6 +51,7 @@ from seckill.recovery import read_dead_letters, recover
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens, store_tokens
 from seckill_local import chaos
+from seckill_local.proxy import LossyProxy
 from seckill_local.report import Check, Fault, Outcome, Press, Report, check_invariants, percentiles, render
 from seckill_local.sqs import LOCAL_AWS, sqs_client
 from seckill_local.stack import LocalStack, free_port, local_parameters, preflight
@@ -60,12 +61,14 @@ console = Console(stderr=True)
 
 # Chaos defaults, per function: every fault on, at rates a 1,000-user sale notices.
 CHAOS = {
-    "SeckillApiFunction": {"sendFailure": 0.05, "sendCrash": 0.02},
+    "SeckillApiFunction": {"sendFailure": 0.05, "sendReplyLost": 0.05, "sendCrash": 0.02},
     "OrderPersisterFunction": {"persisterCrash": 0.03},
 }
 TRY_AGAIN_RETRIES = 10  # how often the client app repeats a press answered 503 TRY_AGAIN
 ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' faults fire
 RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
+REPLY_LOSS_EVERY = 0.5  # seconds between bursts of lost Redis replies, in chaos runs
+REPLY_LOSS_BURST = 4  # replies lost in a row: more than redis-py's retries, so some presses get 503
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
 
@@ -122,6 +125,12 @@ def fire(
     return results, time.perf_counter() - started
 
 
+def promised(presses: list[Press]) -> set[tuple[int, int]]:
+    """(order id, user id) of every order a client was answered 202 with (a retry
+    that resumed its order is answered with the same id)."""
+    return {(int(p.order_id), p.user_id) for p in presses if p.status == 202 and p.order_id}
+
+
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
     """(confirmed, failed) orders of the voucher in MySQL."""
     with db.transaction() as cursor:
@@ -143,6 +152,7 @@ class Sale:
     private_redis: chaos.PrivateRedis | None
     chaos_log: Path
     http: urllib3.PoolManager
+    redis_proxy: LossyProxy | None = None  # between the functions and the private Redis, in chaos runs
     sqs: Any = None
     queue_url: str = ""
     dlq_url: str = ""
@@ -209,9 +219,8 @@ class Sale:
     def redeliver(self, presses: list[Press]) -> int:
         """Send every accepted order once more, as SQS may: MySQL must not change."""
         bodies = [
-            OrderMessage(int(p.order_id), p.user_id, self.voucher_id, datetime.now(UTC)).to_json()
-            for p in presses
-            if p.status == 202 and p.order_id
+            OrderMessage(order_id, user_id, self.voucher_id, datetime.now(UTC)).to_json()
+            for order_id, user_id in promised(presses)
         ]
         for start in range(0, len(bodies), 10):
             entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
@@ -221,11 +230,9 @@ class Sale:
     def statuses(self, presses: list[Press], tokens: dict[int, str]) -> Counter[str]:
         """What the status route says of every order id a client holds."""
         seen: Counter[str] = Counter()
-        for p in presses:
-            if p.status != 202:
-                continue
-            url = f"{self.stack.api_url}/voucher-order/{p.order_id}"
-            response = self.http.request("GET", url, headers={"authorization": tokens[p.user_id]})
+        for order_id, user_id in promised(presses):
+            url = f"{self.stack.api_url}/voucher-order/{order_id}"
+            response = self.http.request("GET", url, headers={"authorization": tokens[user_id]})
             seen[json.loads(response.data)["data"]["status"] if response.status == 200 else str(response.status)] += 1
         return seen
 
@@ -251,27 +258,55 @@ def create_voucher(sale: Sale) -> int:
 
 
 def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
-    """Kill Redis mid-sale and bring it back empty; then what operations would do:
-    sessions come back as users log in again, and recovery rebuilds the vouchers."""
+    """Two incidents at once. The persister stops (throttled, or MySQL down) and the
+    orders waiting for it are dead-lettered, as SQS does after maxReceiveCount; then
+    Redis dies and comes back empty. Then what operations would do: sessions come
+    back as users log in again, and recovery rebuilds the vouchers, counting the
+    dead-lettered orders as sold; the persister resumes, the DLQ is replayed later."""
     assert sale.private_redis is not None
+    sale.stack.pause_feeder(True)
     sale.private_redis.kill()
     chaos.record(sale.chaos_log, "redis-restart")
-    time.sleep(1.0)
+    moved = dead_letter_waiting_orders(sale)
+    chaos.record(sale.chaos_log, "orders-dead-lettered", count=moved)
     sale.private_redis.start()
     store_tokens(sale.redis, tokens, ttl_seconds=3600)
     settings = Settings.from_env({**os.environ, "ORDER_QUEUE_URL": sale.queue_url, "ORDER_DLQ_URL": sale.dlq_url})
-    for attempt in range(5):  # the connection killer may hit this run's own connections too
-        try:
-            done = recover(sale.db, sale.redis, sale.gate.scripts, sale.sqs, settings, wait=15)
-            if not done.blocked:
-                break
-        except pymysql.Error:
-            sale.db.close()
-        time.sleep(0.2 * (attempt + 1))
-    else:
-        raise RuntimeError("could not rebuild Redis after the restart")
+    try:
+        for attempt in range(5):  # the connection killer may hit this run's own connections too
+            try:
+                done = recover(sale.db, sale.redis, sale.gate.scripts, sale.sqs, settings, wait=15)
+                if not done.blocked:
+                    break
+            except pymysql.Error:
+                sale.db.close()
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            raise RuntimeError("could not rebuild Redis after the restart")
+    finally:
+        sale.stack.pause_feeder(False)
     rebuilt = sum(r.applied for r in done.rebuilt)
     chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
+
+
+def dead_letter_waiting_orders(sale: Sale, settle: float = 10.0) -> int:
+    """Move every message of OrderQueue to its DLQ (those in flight once they are visible again)."""
+    moved = 0
+    deadline = time.monotonic() + settle
+    while queue_depth(sale.sqs, sale.queue_url) and time.monotonic() < deadline:
+        batch = sale.sqs.receive_message(QueueUrl=sale.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        for m in batch.get("Messages", []):
+            sale.sqs.send_message(QueueUrl=sale.dlq_url, MessageBody=m["Body"])
+            sale.sqs.delete_message(QueueUrl=sale.queue_url, ReceiptHandle=m["ReceiptHandle"])
+            moved += 1
+    return moved
+
+
+def lose_redis_replies(proxy: LossyProxy, armed: Path, stop: threading.Event) -> None:
+    """Bursts of Redis answers lost on their way back to the functions (the scripts ran)."""
+    while not stop.wait(REPLY_LOSS_EVERY):
+        if armed.exists():
+            proxy.drop_replies = REPLY_LOSS_BURST
 
 
 def reconcile_periodically(sale: Sale, stop: threading.Event, totals: Counter[str]) -> None:
@@ -300,6 +335,8 @@ def fire_with_chaos(
     stop = threading.Event()
     reconciler = threading.Thread(target=reconcile_periodically, args=(sale, stop, reconciled), daemon=True)
     reconciler.start()
+    loser = threading.Thread(target=lose_redis_replies, args=(sale.redis_proxy, armed, stop), daemon=True)
+    loser.start()
     with chaos.ConnectionKiller(creds, sale.chaos_log, interval=0.5, share=0.5, spare=spare):
         result = fire(
             sale.http,
@@ -316,27 +353,48 @@ def fire_with_chaos(
     armed.unlink()
     stop.set()
     reconciler.join()
+    loser.join()
+    sale.redis_proxy.drop_replies = 0
+    chaos.record(sale.chaos_log, "redis-replies-lost", count=sale.redis_proxy.dropped)
     return result
 
 
 def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], dlq: tuple[int, int]) -> list[Fault]:
-    injected = Counter(line["fault"] for line in chaos.read_log(sale.chaos_log))
+    log = chaos.read_log(sale.chaos_log)
+    injected = Counter(line["fault"] for line in log)
     statuses = Counter(p.status for p in presses)
-    rebuilt = sum(
-        line.get("vouchers", 0) for line in chaos.read_log(sale.chaos_log) if line["fault"] == "redis-rebuilt"
-    )
+
+    def total(fault: str, field: str) -> int:
+        return sum(line.get(field, 0) for line in log if line["fault"] == fault)
+
+    failed = sale.failed_reasons()
+    resumed = sum(n - 1 for n in Counter((p.order_id, p.user_id) for p in presses if p.status == 202).values())
     return [
         Fault(
-            "SQS send refused",
+            "SQS send refused (nothing stored)",
             injected["sqs-send-failure"],
-            "reservation released, client told 503 TRY_AGAIN",
-            f"{statuses[503]} answers 503 (with the Redis outage's)",
+            "reservation released, client told 503 TRY_AGAIN, the app retried",
+            f"{statuses[503]} answers 503 (with the outages')",
+        ),
+        Fault(
+            "SQS stored the order, its reply was lost",
+            injected["sqs-reply-lost"],
+            "send in doubt: answered 202 and promised (re-queued if it never arrives); copies absorbed",
+            "see invariants: no order lost, none twice",
+        ),
+        Fault(
+            "Redis answers lost (the scripts ran)",
+            total("redis-replies-lost", "count"),
+            "redis-py's retry gets its own reservation back; after a 503 the next press takes it over or "
+            "resumes its order id",
+            f"{resumed} presses answered with the order of an earlier press",
         ),
         Fault(
             "API container crashed after the gate, before the send",
             injected["api-crash-before-send"],
-            "pending mark re-queued or released by reconciliation",
-            f"re-queued {reconciled.get('requeued', 0)}, released {reconciled.get('released', 0)}; "
+            "no 202 was given: the user's next press resumes the reservation, or reconciliation fails "
+            "the order id (NOT_QUEUED) and frees the unit",
+            f"reconciliation failed {reconciled.get('failed', 0)}, released {reconciled.get('released', 0)}; "
             f"{statuses[500]} answers 500",
         ),
         Fault(
@@ -358,12 +416,13 @@ def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], d
             f"DLQ holds {dlq[1]} after replay",
         ),
         Fault(
-            "Redis restarted empty mid-sale",
+            "Redis restarted empty, orders waiting in the DLQ",
             injected["redis-restart"],
-            "503 until the queue drained and the vouchers were rebuilt from MySQL (no false 404); "
-            "sessions restored; orders accepted beyond MySQL's stock refused there (FAILED)",
-            f"{rebuilt} voucher(s) rebuilt; {statuses[404]} answers 404; "
-            f"{sale.failed_reasons().get('SOLD_OUT', 0)} FAILED SOLD_OUT",
+            "503 until the queue drained; vouchers rebuilt from MySQL with the dead-lettered orders counted "
+            "as sold (no false 404, no unit sold twice); sessions restored",
+            f"{total('orders-dead-lettered', 'count')} orders dead-lettered, "
+            f"{total('redis-rebuilt', 'deadLetters')} counted; {statuses[404]} answers 404; "
+            f"FAILED: {', '.join(f'{k} {v}' for k, v in sorted(failed.items())) or 'none'}",
         ),
     ]
 
@@ -382,14 +441,19 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
     with workdir(args.logs) as tmp:
         private = chaos.PrivateRedis(tmp, free_port()) if args.chaos else None
-        redis_url = args.redis_url
+        redis_url = functions_redis_url = args.redis_url
+        proxy = None
         if private is not None:
             private.start()
             redis_url = private.url
+            # The functions reach it through a proxy that loses some answers (only those to scripts).
+            proxy = LossyProxy("127.0.0.1", private.port)
+            proxy.only_after = b"EVALSHA"
+            functions_redis_url = f"redis://{proxy.url_host}/0"
             console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
         chaos_log = tmp / "chaos.jsonl"
         chaos_log.unlink(missing_ok=True)  # a kept --logs folder may hold an earlier run's
-        env_vars: dict[str, Any] = {"Parameters": local_parameters(redis_url, creds)}
+        env_vars: dict[str, Any] = {"Parameters": local_parameters(functions_redis_url, creds)}
         if args.chaos:
             for function, faults in CHAOS.items():
                 config = {**faults, "log": str(chaos_log), "armed": str(tmp / ARMED)}
@@ -397,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
         stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
         redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
         http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-        sale = Sale(args, stack, redis, Database(creds), tmp, private, chaos_log, http)
+        sale = Sale(args, stack, redis, Database(creds), tmp, private, chaos_log, http, proxy)
         try:
             with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
                 stack.start()
@@ -405,6 +469,8 @@ def run(args: argparse.Namespace) -> int:
             return run_sale(sale, creds)
         finally:
             stack.stop()
+            if proxy is not None:
+                proxy.close()
             if private is not None:
                 private.kill()
 
@@ -427,7 +493,8 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
             presses, wall = fire(
                 sale.http, sale.stack.api_url, sale.voucher_id, tokens, args.presses, args.concurrency, progress
             )
-        accepted = sum(p.status == 202 for p in presses)
+        # A press that resumed an earlier press's order is answered with the same id.
+        accepted = len(promised(presses))
         drained = sale.wait_drained(progress, "draining the queue")
         dlq = sale.replay_dlq()
         drained = drained and sale.wait_drained(progress, "draining the replay")
@@ -440,14 +507,13 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
     after = decided(sale.db, sale.voucher_id)
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
-    crashes = Counter(line["fault"] for line in chaos.read_log(sale.chaos_log))["api-crash-before-send"]
     checks = check_invariants(
         outcome,
         presses,
         sale.statuses(presses, tokens),
         stock=args.stock,
         users=args.users,
-        crashed_requests=crashes if args.chaos else None,
+        chaos=args.chaos,
     )
     checks.insert(0, Check("queue drained", drained, f"within {args.drain_timeout:.0f} s per phase"))
     checks.append(

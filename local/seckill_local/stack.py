@@ -84,6 +84,11 @@ class LocalStack:
         http = urllib3.PoolManager(retries=False, timeout=2)
         self._wait("the local HTTP API", lambda: http.request("GET", f"{self.api_url}/voucher/list/1").status == 200)
 
+    def pause_feeder(self, paused: bool) -> None:
+        """Stop (or resume) the persister's event source mapping, as when its function is throttled."""
+        feeder = self.processes[2]
+        os.killpg(feeder.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
     def _wait(self, what: str, ready: Callable[[], bool], timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
