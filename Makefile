@@ -6,6 +6,9 @@ ARGS   ?=
 # The SAM CLI and cfn-lint live in a virtualenv of their own (requirements-sam.txt).
 SAM_VENV := .venv-sam
 SAM_BIN  := $(SAM_VENV)/bin
+# checkov, the IaC security scan, in one more (its boto3 pin clashes with the SAM CLI's).
+SCAN_VENV := .venv-checkov
+SCAN_BIN  := $(SCAN_VENV)/bin
 export SAM_CLI_TELEMETRY = 0
 # SAM validates and builds offline; a region only names the endpoints it would use.
 SAM_REGION ?= us-east-1
@@ -32,10 +35,18 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 
 sam-setup: $(SAM_VENV)/.installed ## create .venv-sam with the SAM CLI and cfn-lint
 
-validate: sam-setup ## the template: SAM's transform, sam validate --lint and cfn-lint
+$(SCAN_VENV)/.installed: requirements-checkov.txt
+	$(PYTHON) -m venv $(SCAN_VENV)
+	$(SCAN_BIN)/python -m pip install --quiet --upgrade pip
+	$(SCAN_BIN)/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
+
+# checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
+validate: sam-setup $(SCAN_VENV)/.installed ## the template: SAM's transform, sam validate --lint, cfn-lint and checkov
 	$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate
 	$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint
 	$(SAM_BIN)/cfn-lint template.yaml
+	$(SCAN_BIN)/checkov --file template.yaml --framework cloudformation --skip-download --compact --quiet
 
 build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/build
 	$(SAM_BIN)/sam build --region $(SAM_REGION)
@@ -56,4 +67,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) .pytest_cache .ruff_cache .aws-sam

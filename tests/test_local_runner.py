@@ -78,6 +78,7 @@ def test_template_routes_with_their_auth(template: Template) -> None:
         ("GET", "/voucher/list/{shopId}", "NONE", "SeckillApiFunction"),
         ("POST", "/voucher/seckill", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),
+        ("POST", "/voucher/seckill/{voucherId}/stop", "AWS_IAM", "SeckillApiFunction"),
     }
     by_path = {route.path: route for route, _ in template.routes()}
     seckill = by_path["/voucher-order/seckill/{voucherId}"]
@@ -92,7 +93,7 @@ def test_template_routes_with_their_auth(template: Template) -> None:
 
 
 def test_template_authorizer_queues_and_event_source(template: Template) -> None:
-    assert template.authorizer() == ("AuthorizerFunction", 300)
+    assert template.authorizer() == ("AuthorizerFunction", 30)
     assert {"OrderDeadLetterQueue", "OrderQueue"} <= set(template.queues())
     redrive = template.resource("OrderQueue")["Properties"]["RedrivePolicy"]
     assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["OrderDeadLetterQueue", "Arn"]}
@@ -189,6 +190,11 @@ def test_runner_environment_resolves_refs_and_layers_env_vars(runner: Runner, cr
     assert api["POWERTOOLS_SERVICE_NAME"] == "seckill"
     persister = runner.environment(runner.function("OrderPersisterFunction"))
     assert "ORDER_QUEUE_URL" not in persister
+    reconciler = runner.environment(runner.function("ReconcilerFunction"))
+    assert reconciler["ORDER_QUEUE_URL"] == queues["OrderQueue"]
+    assert reconciler["ORDER_DLQ_URL"] == queues["OrderDeadLetterQueue"]
+    # The Redis AUTH secret is the stack's own: locally there is none, so no password.
+    assert "REDIS_AUTH_SECRET_ARN" not in api
     with pytest.raises(SystemExit):
         runner.function("NoSuchFunction")
 

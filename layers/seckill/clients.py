@@ -9,6 +9,7 @@ from botocore.config import Config
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
+from redis.credentials import CredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -18,9 +19,27 @@ from seckill.config import Settings
 RedisClient = Redis | RedisCluster
 
 
+class SecretToken(CredentialProvider):
+    """The Redis AUTH token, the plain string of a Secrets Manager secret. redis-py asks
+    for it at each new connection, so the secret is read when Redis is first used (not at
+    import) and a changed token reaches new connections once get_secret's 5-minute cache expires."""
+
+    def __init__(self, secret_arn: str) -> None:
+        self.secret_arn = secret_arn
+
+    def get_credentials(self) -> tuple[str]:
+        from aws_lambda_powertools.utilities import parameters
+
+        token = parameters.get_secret(self.secret_arn, max_age=300)
+        if not isinstance(token, str):
+            raise TypeError(f"{self.secret_arn}: the Redis AUTH token must be a plain string secret")
+        return (token,)
+
+
 def redis_client(settings: Settings) -> RedisClient:
     """Short timeouts (a flash sale must answer fast or not at all), health checks
-    on idle connections, and a few quick retries on connection errors."""
+    on idle connections, and a few quick retries on connection errors. With
+    REDIS_AUTH_SECRET_ARN (ElastiCache), the secret's token is the password."""
     options: dict[str, Any] = {
         "socket_timeout": 1.0,
         "socket_connect_timeout": 1.0,
@@ -29,6 +48,8 @@ def redis_client(settings: Settings) -> RedisClient:
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "decode_responses": True,
     }
+    if settings.redis_auth_secret_arn:
+        options["credential_provider"] = SecretToken(settings.redis_auth_secret_arn)
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return Redis.from_url(settings.redis_url, **options)

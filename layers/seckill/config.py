@@ -21,6 +21,8 @@ def _get(env: os._Environ[str] | dict[str, str], name: str, default: str) -> str
 class Settings:
     redis_url: str
     redis_cluster: bool
+    # Secrets Manager secret whose plain string is the Redis AUTH token (unset: no password).
+    redis_auth_secret_arn: str
     order_queue_url: str
     # Read by reconciliation and recovery, to count orders waiting there.
     order_dlq_url: str
@@ -44,6 +46,7 @@ class Settings:
         return cls(
             redis_url=_get(env, "REDIS_URL", "redis://127.0.0.1:6379/0"),
             redis_cluster=_flag(env.get("REDIS_CLUSTER")),
+            redis_auth_secret_arn=env.get("REDIS_AUTH_SECRET_ARN", ""),
             order_queue_url=env.get("ORDER_QUEUE_URL", ""),
             order_dlq_url=env.get("ORDER_DLQ_URL", ""),
             db_host=_get(env, "DB_HOST", "127.0.0.1"),

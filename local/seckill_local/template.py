@@ -71,13 +71,15 @@ class Template:
         globals_ = data.get("Globals", {}).get("Function", {})
         parameters = {k: str(v.get("Default", "")) for k, v in data.get("Parameters", {}).items()}
         functions: dict[str, Function] = {}
+        mappings = _queue_mappings(data)
         for logical_id, resource in data.get("Resources", {}).items():
             if resource.get("Type") != "AWS::Serverless::Function":
                 continue
             props = resource.get("Properties", {})
             env = dict(globals_.get("Environment", {}).get("Variables", {}))
             env.update(props.get("Environment", {}).get("Variables", {}))
-            routes, sqs_events, schedules = [], [], []
+            routes, schedules = [], []
+            sqs_events = list(mappings.get(logical_id, []))
             for event in props.get("Events", {}).values():
                 if event.get("Type") == "HttpApi":
                     p = event["Properties"]
@@ -133,6 +135,22 @@ class Template:
                 return self.parameters.get(name)
             return None
         return None if value is None else str(value)
+
+
+def _queue_mappings(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """SQS event source mappings declared as AWS::Lambda::EventSourceMapping, by the
+    function they feed, in the shape of a SAM SQS event's properties (``Queue``...)."""
+    mappings: dict[str, list[dict[str, Any]]] = {}
+    for resource in data.get("Resources", {}).values():
+        if resource.get("Type") != "AWS::Lambda::EventSourceMapping":
+            continue
+        props = dict(resource.get("Properties", {}))
+        function, source = props.pop("FunctionName", None), props.pop("EventSourceArn", None)
+        target = function.get("Ref") if isinstance(function, dict) else None
+        queue = source.get("Fn::GetAtt", [""])[0] if isinstance(source, dict) else ""
+        if target and data["Resources"].get(queue, {}).get("Type") == "AWS::SQS::Queue":
+            mappings.setdefault(target, []).append({"Queue": source, **props})
+    return mappings
 
 
 def _route(method: str, path: str, auth: str) -> Route:
