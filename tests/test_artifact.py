@@ -149,6 +149,7 @@ def invoke(
         environment = {
             **os.environ,
             "ORDER_QUEUE_URL": session_queues["OrderQueue"],
+            "ORDER_DLQ_URL": session_queues["OrderDeadLetterQueue"],
             "AWS_LAMBDA_FUNCTION_NAME": logical_id,
             **env,
         }
@@ -232,11 +233,12 @@ def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
 
 
 def test_reconciler_from_the_artifact(invoke: Invoke, make_voucher: Callable[..., int], gate: Any, redis: Any) -> None:
-    """On schedule it leaves a fresh reservation alone; asked with age 0 it releases it."""
+    """On schedule (2 minutes) it leaves a minute-old reservation alone; asked with 30 s it releases it."""
     voucher_id, user = make_voucher(stock=2), new_user()
-    gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no order id
+    reservation = gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no order id
+    redis.hset(keys.pending(voucher_id), str(user), f"{reservation.accepted_ms - 60_000}:{reservation.token}")
     scheduled, on_demand = invoke(
-        "ReconcilerFunction", [load_event("reconciler_scheduled.json"), {"pendingAgeSeconds": 0}]
+        "ReconcilerFunction", [load_event("reconciler_scheduled.json"), {"pendingAgeSeconds": 30}]
     )
     ours = [v for v in scheduled["vouchers"] if v["voucher_id"] == voucher_id]
     assert ours

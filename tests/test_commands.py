@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from seckill import keys
 from seckill.db import Credentials
 from seckill.gate import Gate
@@ -99,6 +101,13 @@ def test_reconcile_command_refuses_a_pending_age_a_live_request_may_have(
     assert "--pending-age must be at least 30" in done.stderr
     assert redis.hexists(keys.pending(voucher_id), str(user))
     assert redis.get(keys.stock(voucher_id)) == "1"
+
+
+def test_reconciler_function_refuses_a_pending_age_a_live_request_may_have(
+    handlers: dict[str, Callable[..., Any]], context: Any
+) -> None:
+    with pytest.raises(ValueError, match="pendingAgeSeconds must be at least 30"):
+        handlers["ReconcilerFunction"]({"pendingAgeSeconds": 5}, context)
 
 
 def test_reconcile_command_needs_the_queue(creds: Credentials) -> None:

@@ -30,6 +30,7 @@ NEEDS: dict[str, set[str]] = {
     "Database.from_settings(": {"DB_HOST", "DB_PORT", "DB_NAME", "DB_SECRET_ARN"},
     "credentials(": {"DB_HOST", "DB_PORT", "DB_NAME", "DB_SECRET_ARN"},
     "order_queue_url": {"ORDER_QUEUE_URL"},
+    "order_dlq_url": {"ORDER_DLQ_URL"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
