@@ -9,6 +9,7 @@ import random
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import redis as redis_lib
 
 from seckill import keys
-from seckill.db import Credentials, Database
+from seckill.db import Credentials, Database, connect
 from seckill.messages import OrderQueue
 from seckill_local.feeder import sqs_event
 from tests.conftest import body, closed_port, db_rows, drain, load_event, new_user
@@ -451,23 +452,117 @@ def test_order_status_without_context_is_401(call: Callable[[dict[str, Any]], di
     expect_refusal(call(status_event(random.randint(2**60, 2**62), None)), 401, "UNAUTHORIZED")
 
 
-def test_internal_error_is_500_without_details(
+def test_a_programming_error_is_500_without_details(
     call: Callable[[dict[str, Any]], dict[str, Any]],
     handlers: dict[str, Handler],
     creds: Credentials,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    module = module_of(handlers["SeckillApiFunction"])
-    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
-    monkeypatch.setattr(module, "db", Database(unreachable))
-
-    response = call(status_event(random.randint(2**60, 2**62), new_user()))
+    """MySQL answers, but the statement is wrong for it (here: a database without the schema)."""
+    empty = f"seckill_empty_{uuid.uuid4().hex[:8]}"
+    admin = connect(creds, database=False)
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{empty}`")
+    try:
+        module = module_of(handlers["SeckillApiFunction"])
+        monkeypatch.setattr(module, "db", Database(replace(creds, database=empty)))
+        response = call(status_event(random.randint(2**60, 2**62), new_user()))
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{empty}`")
+        admin.close()
 
     expect_refusal(response, 500, "INTERNAL_ERROR")
-    message = body(response)["errorMsg"]
-    assert message == "internal error"
-    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", str(unreachable.port)):
+    assert body(response)["errorMsg"] == "internal error"
+    for leak in ("Traceback", "pymysql", "ProgrammingError", "tb_voucher", empty):
         assert leak not in response["body"]
+
+
+def stop_mysql(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The API's database on a port nothing listens on (DB_PORT of a closed port); returns the port."""
+    port = closed_port()
+    module = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(module, "db", Database(replace(creds, port=port)))
+    return port
+
+
+@pytest.fixture
+def mysql_down(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    return stop_mysql(handlers, creds, monkeypatch)
+
+
+def expect_try_again(response: dict[str, Any], *hidden: str) -> None:
+    expect_refusal(response, 503, "TRY_AGAIN")
+    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", *hidden):
+        assert leak not in response["body"]
+
+
+def test_mysql_down_is_503_on_the_list_and_the_create_routes(
+    call: Callable[[dict[str, Any]], dict[str, Any]], mysql_down: int, redis: Any
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    expect_try_again(call(list_event(shop_id)), str(mysql_down))
+    seckill = admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id))
+    expect_try_again(call(seckill), str(mysql_down))
+    ordinary = json.loads(load_event("seckill_api_add_voucher.json")["body"]) | {"shopId": shop_id}
+    expect_try_again(call(admin_event("seckill_api_add_voucher.json", ordinary)), str(mysql_down))
+    # Bad input is still judged first.
+    expect_refusal(call(admin_event("seckill_api_add_voucher.json", "{")), 400, "BAD_REQUEST")
+
+
+def test_mysql_down_the_status_of_a_pending_order_comes_from_its_hint(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    handlers: dict[str, Handler],
+    creds: Credentials,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    voucher_id, user_id = make_voucher(stock=2), new_user()
+    order_id = body(buy(voucher_id, user_id))["data"]
+    before = body(call(status_event(order_id, user_id)))["data"]
+    assert before["status"] == "PENDING"
+
+    port = stop_mysql(handlers, creds, monkeypatch)
+    response = call(status_event(order_id, user_id))
+    assert response["statusCode"] == 200, response
+    assert body(response)["data"] == before
+    # Without a hint MySQL alone could answer: try again.
+    expect_try_again(call(status_event(random.randint(2**60, 2**62), user_id)), str(port))
+    expect_try_again(call(status_event(order_id, new_user())), str(port))
+
+
+def test_a_killed_database_connection_does_not_fail_the_next_request(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    handlers: dict[str, Handler],
+    creds: Credentials,
+) -> None:
+    """A warm container's connection killed between requests (a failover, an idle
+    timeout, KILL CONNECTION): the next request gets a fresh connection, not a 500."""
+    module = module_of(handlers["SeckillApiFunction"])
+    shop_id = random.randint(10**12, 10**15)
+    voucher_id = make_voucher(shop_id=shop_id)
+    order_id = body(buy(voucher_id, new_user()))["data"]
+    requests = [
+        list_event(shop_id),
+        admin_event("seckill_api_add_voucher.json", {"shopId": shop_id, "title": "t", "payValue": 1, "actualValue": 2}),
+        status_event(order_id, new_user()),
+    ]
+    expected = [200, 201, 404]
+    for event, status in zip(requests, expected, strict=True):
+        assert call(list_event(shop_id))["statusCode"] == 200  # warm: the connection is open
+        thread_id = module.db.connection().thread_id()
+        admin = connect(creds)
+        with admin.cursor() as cursor:
+            cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+        admin.close()
+        response = call(event)
+        assert response["statusCode"] == status, response
+        assert module.db.connection().thread_id() != thread_id
 
 
 # --- GET /voucher/list/{shopId} --------------------------------------------------------------
@@ -702,7 +797,7 @@ def test_a_decided_order_is_answered_from_redis_without_mysql(
     assert body(response)["data"] == through_mysql
     assert through_mysql["status"] == "CONFIRMED"
     # Another user still learns nothing.
-    expect_refusal(call(status_event(order_id, new_user())), 500, "INTERNAL_ERROR")
+    expect_refusal(call(status_event(order_id, new_user())), 503, "TRY_AGAIN")
 
 
 def test_the_status_route_needs_no_redis_to_be_right(

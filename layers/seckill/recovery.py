@@ -31,6 +31,7 @@ from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK, day_key
 from seckill.messages import wait_drained
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
+from seckill.vouchers import WITHDRAWN
 
 Mode = Literal["missing", "repair", "check"]
 
@@ -50,7 +51,8 @@ class Restored:
 
 
 def voucher_ids_on_sale(db: Database, *, ended_within: timedelta = timedelta(0)) -> list[int]:
-    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago)."""
+    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago),
+    withdrawn ones included: their pending orders still need resolving."""
     since = to_db(datetime.now(UTC) - ended_within)
     with db.transaction() as cursor:
         cursor.execute("SELECT voucher_id FROM tb_seckill_voucher WHERE end_time > %s ORDER BY voucher_id", (since,))
@@ -65,12 +67,17 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
     """
     with db.transaction() as cursor:
         cursor.execute(
-            "SELECT stock, begin_time, end_time FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE",
+            "SELECT sv.stock, sv.begin_time, sv.end_time, v.status FROM tb_seckill_voucher sv"
+            " JOIN tb_voucher v ON v.id = sv.voucher_id WHERE sv.voucher_id = %s FOR UPDATE",
             (voucher_id,),
         )
         row = cursor.fetchone()
         if row is None:
             return None
+        # A withdrawn sale keeps a closed window (0/0): the gate answers ENDED to every press.
+        withdrawn = int(row["status"]) == WITHDRAWN
+        begin_ms = 0 if withdrawn else to_ms(from_db(row["begin_time"]))
+        end_ms = 0 if withdrawn else to_ms(from_db(row["end_time"]))
         cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         orders = cursor.fetchall()
         cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
@@ -82,8 +89,8 @@ def restore(db: Database, redis: Any, scripts: Scripts, voucher_id: int, mode: M
             args=[
                 mode,
                 int(row["stock"]),
-                to_ms(from_db(row["begin_time"])),
-                to_ms(from_db(row["end_time"])),
+                begin_ms,
+                end_ms,
                 json.dumps([str(r["user_id"]) for r in orders]),
                 json.dumps(decided),
             ],
