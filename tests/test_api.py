@@ -1069,3 +1069,16 @@ def test_the_pending_hint_outlives_the_dead_letter_queue(
     assert Settings.from_env({}).status_ttl_seconds > retention
     order_id = body(buy(make_voucher(stock=1), new_user()))["data"]
     assert redis.ttl(keys.order_status(int(order_id))) > retention
+
+
+def test_redis_down_creating_a_seckill_voucher_is_503_and_writes_nothing(
+    call: Callable[[dict[str, Any]], dict[str, Any]], handlers: dict[str, Handler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    module = module_of(handlers["SeckillApiFunction"])
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
+        expect_try_again(
+            call(admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id))), "redis"
+        )
+    assert body(call(list_event(shop_id)))["data"] == []
