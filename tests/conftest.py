@@ -242,9 +242,11 @@ def make_voucher(db: Database, redis: Any) -> Iterator[Callable[..., int]]:
 
 
 def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
-    with db.transaction() as cursor:
+    def execute(cursor: Any) -> list[dict[str, Any]]:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
+
+    return db.run(execute)
 
 
 @pytest.fixture

@@ -9,17 +9,24 @@ import random
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 import redis as redis_lib
 
-from seckill import keys
-from seckill.db import Credentials, Database
+from seckill import keys, vouchers
+from seckill.config import Settings
+from seckill.db import Credentials, Database, connect
 from seckill.messages import OrderQueue
+from seckill.recovery import restore, voucher_ids_on_sale
+from seckill.scripts import Scripts
+from seckill.vouchers import VoucherIn
 from seckill_local.feeder import sqs_event
+from seckill_local.template import Template
 from tests.conftest import body, closed_port, db_rows, drain, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -403,8 +410,7 @@ def test_order_status_failed_with_reason(
     order_id = body(buy(voucher_id, user_id))["data"]
     pending = body(call(status_event(order_id, user_id)))["data"]
     # The database ran out (e.g. Redis had drifted): the persister rejects the order.
-    with db.transaction() as cursor:
-        cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (voucher_id,))
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
 
     persist(handlers, context, sqs, order_queue)
 
@@ -451,23 +457,117 @@ def test_order_status_without_context_is_401(call: Callable[[dict[str, Any]], di
     expect_refusal(call(status_event(random.randint(2**60, 2**62), None)), 401, "UNAUTHORIZED")
 
 
-def test_internal_error_is_500_without_details(
+def test_a_programming_error_is_500_without_details(
     call: Callable[[dict[str, Any]], dict[str, Any]],
     handlers: dict[str, Handler],
     creds: Credentials,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    module = module_of(handlers["SeckillApiFunction"])
-    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
-    monkeypatch.setattr(module, "db", Database(unreachable))
-
-    response = call(status_event(random.randint(2**60, 2**62), new_user()))
+    """MySQL answers, but the statement is wrong for it (here: a database without the schema)."""
+    empty = f"seckill_empty_{uuid.uuid4().hex[:8]}"
+    admin = connect(creds, database=False)
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{empty}`")
+    try:
+        module = module_of(handlers["SeckillApiFunction"])
+        monkeypatch.setattr(module, "db", Database(replace(creds, database=empty)))
+        response = call(status_event(random.randint(2**60, 2**62), new_user()))
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{empty}`")
+        admin.close()
 
     expect_refusal(response, 500, "INTERNAL_ERROR")
-    message = body(response)["errorMsg"]
-    assert message == "internal error"
-    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", str(unreachable.port)):
+    assert body(response)["errorMsg"] == "internal error"
+    for leak in ("Traceback", "pymysql", "ProgrammingError", "tb_voucher", empty):
         assert leak not in response["body"]
+
+
+def stop_mysql(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The API's database on a port nothing listens on (DB_PORT of a closed port); returns the port."""
+    port = closed_port()
+    module = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(module, "db", Database(replace(creds, port=port)))
+    return port
+
+
+@pytest.fixture
+def mysql_down(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    return stop_mysql(handlers, creds, monkeypatch)
+
+
+def expect_try_again(response: dict[str, Any], *hidden: str) -> None:
+    expect_refusal(response, 503, "TRY_AGAIN")
+    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", *hidden):
+        assert leak not in response["body"]
+
+
+def test_mysql_down_is_503_on_the_list_and_the_create_routes(
+    call: Callable[[dict[str, Any]], dict[str, Any]], mysql_down: int, redis: Any
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    expect_try_again(call(list_event(shop_id)), str(mysql_down))
+    seckill = admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id))
+    expect_try_again(call(seckill), str(mysql_down))
+    ordinary = json.loads(load_event("seckill_api_add_voucher.json")["body"]) | {"shopId": shop_id}
+    expect_try_again(call(admin_event("seckill_api_add_voucher.json", ordinary)), str(mysql_down))
+    # Bad input is still judged first.
+    expect_refusal(call(admin_event("seckill_api_add_voucher.json", "{")), 400, "BAD_REQUEST")
+
+
+def test_mysql_down_the_status_of_a_pending_order_comes_from_its_hint(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    handlers: dict[str, Handler],
+    creds: Credentials,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    voucher_id, user_id = make_voucher(stock=2), new_user()
+    order_id = body(buy(voucher_id, user_id))["data"]
+    before = body(call(status_event(order_id, user_id)))["data"]
+    assert before["status"] == "PENDING"
+
+    port = stop_mysql(handlers, creds, monkeypatch)
+    response = call(status_event(order_id, user_id))
+    assert response["statusCode"] == 200, response
+    assert body(response)["data"] == before
+    # Without a hint MySQL alone could answer: try again.
+    expect_try_again(call(status_event(random.randint(2**60, 2**62), user_id)), str(port))
+    expect_try_again(call(status_event(order_id, new_user())), str(port))
+
+
+def test_a_killed_database_connection_does_not_fail_the_next_request(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    handlers: dict[str, Handler],
+    creds: Credentials,
+) -> None:
+    """A warm container's connection killed between requests (a failover, an idle
+    timeout, KILL CONNECTION): the next request gets a fresh connection, not a 500."""
+    module = module_of(handlers["SeckillApiFunction"])
+    shop_id = random.randint(10**12, 10**15)
+    voucher_id = make_voucher(shop_id=shop_id)
+    order_id = body(buy(voucher_id, new_user()))["data"]
+    requests = [
+        list_event(shop_id),
+        admin_event("seckill_api_add_voucher.json", {"shopId": shop_id, "title": "t", "payValue": 1, "actualValue": 2}),
+        status_event(order_id, new_user()),
+    ]
+    expected = [200, 201, 404]
+    for event, status in zip(requests, expected, strict=True):
+        assert call(list_event(shop_id))["statusCode"] == 200  # warm: the connection is open
+        thread_id = module.db.connection().thread_id()
+        admin = connect(creds)
+        with admin.cursor() as cursor:
+            cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+        admin.close()
+        response = call(event)
+        assert response["statusCode"] == status, response
+        assert module.db.connection().thread_id() != thread_id
 
 
 # --- GET /voucher/list/{shopId} --------------------------------------------------------------
@@ -702,7 +802,7 @@ def test_a_decided_order_is_answered_from_redis_without_mysql(
     assert body(response)["data"] == through_mysql
     assert through_mysql["status"] == "CONFIRMED"
     # Another user still learns nothing.
-    expect_refusal(call(status_event(order_id, new_user())), 500, "INTERNAL_ERROR")
+    expect_refusal(call(status_event(order_id, new_user())), 503, "TRY_AGAIN")
 
 
 def test_the_status_route_needs_no_redis_to_be_right(
@@ -727,3 +827,257 @@ def test_the_status_route_needs_no_redis_to_be_right(
     response = call(status_event(order_id, user_id))
     assert response["statusCode"] == 200, response
     assert body(response)["data"]["status"] == "CONFIRMED"
+
+
+# --- edges of the admin input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"beginTime": "0001-01-01T00:00:00+01:00"}, "beginTime"),
+        ({"endTime": "9999-12-31T23:59:59-01:00"}, "endTime"),
+        ({"beginTime": "2020-01-01T00:00:00Z", "endTime": "2020-01-02T00:00:00Z"}, "endTime"),
+    ],
+    ids=["begin-in-year-0-utc", "end-in-year-10000-utc", "window-already-ended"],
+)
+def test_add_seckill_voucher_times_out_of_range_or_past_are_400_naming_the_field(
+    call: Callable[[dict[str, Any]], dict[str, Any]], changes: dict[str, Any], field: str
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id, **changes)))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith(f"{field}:"), response
+    assert body(call(list_event(shop_id)))["data"] == []
+
+
+# --- POST /voucher/seckill/{voucherId}/stop -----------------------------------------------------
+
+
+def stop_event(voucher_id: int | str, authorizer: dict[str, Any] | None = None) -> dict[str, Any]:
+    event = with_path(
+        load_event("seckill_api_stop_voucher.json"), f"/voucher/seckill/{voucher_id}/stop", voucherId=str(voucher_id)
+    )
+    if authorizer is not None:
+        event["requestContext"]["authorizer"] = authorizer
+    return event
+
+
+def test_stopped_sale_answers_ended_leaves_the_list_and_is_withdrawn_in_mysql(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    voucher_id = make_voucher(stock=5, shop_id=shop_id)
+    assert buy(voucher_id, new_user())["statusCode"] == 202
+
+    response = call(stop_event(voucher_id))
+
+    assert response["statusCode"] == 200, response
+    assert body(response)["data"] == voucher_id
+    expect_refusal(buy(voucher_id, new_user()), 409, "ENDED")
+    assert body(call(list_event(shop_id)))["data"] == []
+    assert db_rows(db, "SELECT status FROM tb_voucher WHERE id = %s", voucher_id) == [{"status": 2}]
+    assert redis.hgetall(keys.window(voucher_id)) == {"begin": "0", "end": "0"}
+    # Idempotent.
+    assert call(stop_event(voucher_id))["statusCode"] == 200
+    expect_refusal(buy(voucher_id, new_user()), 409, "ENDED")
+
+    # Redis loses the voucher: recovery still knows it (its pending order needs resolving)
+    # and brings it back closed.
+    assert voucher_id in voucher_ids_on_sale(db)
+    redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id))
+    restored = restore(db, redis, scripts, voucher_id, "missing")
+    assert restored is not None
+    assert restored.applied
+    expect_refusal(buy(voucher_id, new_user()), 409, "ENDED")
+
+
+def test_stop_when_redis_fails_is_503_and_reconciliation_finishes_it(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    handlers: dict[str, Handler],
+    make_voucher: Callable[..., int],
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    voucher_id = make_voucher(stock=5)
+    module = module_of(handlers["SeckillApiFunction"])
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
+        expect_try_again(call(stop_event(voucher_id)))
+    # MySQL already says withdrawn; Redis still has the sale open until repaired.
+    assert db_rows(db, "SELECT status FROM tb_voucher WHERE id = %s", voucher_id) == [{"status": 2}]
+    assert redis.hget(keys.window(voucher_id), "end") != "0"
+
+    restored = restore(db, redis, scripts, voucher_id, "repair")
+
+    assert restored is not None
+    assert restored.applied
+    expect_refusal(buy(voucher_id, new_user()), 409, "ENDED")
+
+
+def test_stop_an_unknown_or_ordinary_voucher_is_404(
+    call: Callable[[dict[str, Any]], dict[str, Any]], db: Database
+) -> None:
+    expect_refusal(call(stop_event(random.randint(10**15, 10**16))), 404, "VOUCHER_NOT_FOUND")
+    ordinary = body(
+        call(admin_event("seckill_api_add_voucher.json", {"shopId": 1, "title": "t", "payValue": 1, "actualValue": 2}))
+    )["data"]
+    expect_refusal(call(stop_event(ordinary)), 404, "VOUCHER_NOT_FOUND")
+    assert db_rows(db, "SELECT status FROM tb_voucher WHERE id = %s", ordinary) == [{"status": 1}]
+
+
+@pytest.mark.parametrize("voucher_id", ["abc", "0", "-1", "07"])
+def test_stop_a_bad_id_is_400(call: Callable[[dict[str, Any]], dict[str, Any]], voucher_id: str) -> None:
+    response = call(stop_event(voucher_id))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert "voucherId" in body(response)["errorMsg"]
+
+
+@pytest.mark.parametrize("authorizer", [{}, {"lambda": {"userId": "1010"}}, {"iam": {}}])
+def test_stop_without_iam_is_403(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    db: Database,
+    authorizer: dict[str, Any],
+) -> None:
+    voucher_id = make_voucher()
+    expect_refusal(call(stop_event(voucher_id, authorizer)), 403, "FORBIDDEN")
+    assert db_rows(db, "SELECT status FROM tb_voucher WHERE id = %s", voucher_id) == [{"status": 1}]
+
+
+# --- paging the voucher list ----------------------------------------------------------------------
+
+
+def page_event(shop_id: int, query: dict[str, str]) -> dict[str, Any]:
+    event = list_event(shop_id)
+    event["rawQueryString"] = urlencode(query)
+    event["queryStringParameters"] = query
+    return event
+
+
+def next_page(response: dict[str, Any]) -> dict[str, str] | None:
+    """The query of the ``Link: <...>; rel="next"`` header, if there is one."""
+    link = (response.get("headers") or {}).get("Link")
+    if link is None:
+        return None
+    target, rel = link.split("; ")
+    assert rel == 'rel="next"'
+    return dict(parse_qsl(urlsplit(target.strip("<>")).query))
+
+
+def test_the_list_is_paged_with_a_link_to_the_next_page(
+    call: Callable[[dict[str, Any]], dict[str, Any]], db: Database
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    made = [
+        vouchers.create_voucher(db, VoucherIn(shop_id=shop_id, title=f"v{i}", pay_value=1, actual_value=2))
+        for i in range(25)
+    ]
+
+    first = call(list_event(shop_id))  # no parameters: the default page size
+    assert [v["id"] for v in body(first)["data"]] == made[:20]
+    assert next_page(first) == {"limit": "20", "after": str(made[19])}
+
+    seen: list[int] = []
+    query: dict[str, str] | None = {"limit": "10"}
+    while query is not None:
+        response = call(page_event(shop_id, query))
+        assert response["statusCode"] == 200, response
+        page = body(response)["data"]
+        assert isinstance(page, list)
+        assert len(page) <= 10
+        seen += [v["id"] for v in page]
+        query = next_page(response)
+    assert seen == made
+
+    # A page that ends exactly at the last voucher says there is no next one.
+    last = call(page_event(shop_id, {"limit": "5", "after": str(made[19])}))
+    assert [v["id"] for v in body(last)["data"]] == made[20:]
+    assert next_page(last) is None
+
+
+def test_the_page_size_is_capped(call: Callable[[dict[str, Any]], dict[str, Any]], db: Database) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    for i in range(101):
+        vouchers.create_voucher(db, VoucherIn(shop_id=shop_id, title=f"v{i}", pay_value=1, actual_value=2))
+    response = call(page_event(shop_id, {"limit": "100"}))
+    assert len(body(response)["data"]) == 100
+    assert next_page(response) is not None
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "101"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"limit": "-1"}, "limit"),
+        ({"limit": ""}, "limit"),
+        ({"limit": "²"}, "limit"),
+        ({"after": "abc"}, "after"),
+        ({"after": "0"}, "after"),
+        ({"limit": "5", "after": "-3"}, "after"),
+    ],
+)
+def test_bad_paging_parameters_are_400_naming_them(
+    call: Callable[[dict[str, Any]], dict[str, Any]], query: dict[str, str], name: str
+) -> None:
+    response = call(page_event(random.randint(10**12, 10**15), query))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith(name), response
+
+
+# --- an accepted order is never "not found" to its owner -----------------------------------------
+
+
+def test_an_order_unknown_to_both_while_redis_has_lost_its_data_is_503_not_404(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    redis: Any,
+) -> None:
+    voucher_id, user_id = make_voucher(stock=2), new_user()
+    order_id = body(buy(voucher_id, user_id))["data"]  # on the queue, not in MySQL yet
+    redis.delete(keys.order_status(int(order_id)), keys.loaded())  # Redis lost its data
+    try:
+        expect_refusal(call(status_event(order_id, user_id)), 503, "TRY_AGAIN")
+    finally:
+        redis.set(keys.loaded(), 1)
+    # Once Redis holds its data again, an order nobody knows is really unknown.
+    expect_refusal(call(status_event(order_id, user_id)), 404, "ORDER_NOT_FOUND")
+
+
+def test_the_pending_hint_outlives_the_dead_letter_queue(
+    buy: Callable[[int, int], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    redis: Any,
+    template: Template,
+) -> None:
+    retention = int(template.resource("OrderDeadLetterQueue")["Properties"]["MessageRetentionPeriod"])
+    assert Settings.from_env({}).status_ttl_seconds > retention
+    order_id = body(buy(make_voucher(stock=1), new_user()))["data"]
+    assert redis.ttl(keys.order_status(int(order_id))) > retention
+
+
+def test_redis_down_creating_a_seckill_voucher_is_503_and_writes_nothing(
+    call: Callable[[dict[str, Any]], dict[str, Any]], handlers: dict[str, Handler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop_id = random.randint(10**12, 10**15)
+    module = module_of(handlers["SeckillApiFunction"])
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
+        expect_try_again(
+            call(admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id))), "redis"
+        )
+    assert body(call(list_event(shop_id)))["data"] == []

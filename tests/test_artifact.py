@@ -200,12 +200,18 @@ def test_api_and_persister_from_the_artifact(
     seckill["requestContext"]["authorizer"] = {"lambda": {"userId": str(user)}}
     listing = load_event("seckill_api_list_vouchers.json", pathParameters={"shopId": "7"})
     listing["rawPath"] = listing["requestContext"]["http"]["path"] = "/voucher/list/7"
-    accepted, listed = invoke("SeckillApiFunction", [seckill, listing])
+    stop = load_event("seckill_api_stop_voucher.json", pathParameters={"voucherId": str(voucher_id)})
+    stop["rawPath"] = stop["requestContext"]["http"]["path"] = f"/voucher/seckill/{voucher_id}/stop"
+    accepted, listed, stopped, unknown = invoke(
+        "SeckillApiFunction", [seckill, listing, stop, load_event("seckill_api_stop_voucher.json")]
+    )
     assert accepted["statusCode"] == 202, accepted
     order_id = body(accepted)["data"]
     assert accepted["headers"]["Location"] == f"/voucher-order/{order_id}"
     assert listed["statusCode"] == 200, listed
     assert voucher_id in [v["id"] for v in body(listed)["data"]]
+    assert stopped["statusCode"] == 200, stopped
+    assert unknown["statusCode"] == 404, unknown  # the sample's voucher 1 is no seckill voucher here
 
     # The message the API queued, delivered to the built persister with a malformed one.
     (message,) = sqs.receive_message(QueueUrl=order_queue, WaitTimeSeconds=2)["Messages"]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis as redis_lib
 
 from seckill import keys
-from tests.conftest import load_event, new_user
+from tests.conftest import closed_port, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 DENIED = {"isAuthorized": False}
@@ -118,3 +120,22 @@ def test_revoked_token_is_denied(
     assert authorize({"authorization": token})["isAuthorized"] is True
     redis.delete(keys.login_token(token))
     assert authorize({"authorization": token}) == DENIED
+
+
+def test_a_failed_lookup_raises_instead_of_denying(
+    authorize: Callable[[dict[str, str]], dict[str, Any]],
+    handlers: dict[str, Handler],
+    mint: Callable[[int], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis unreachable: a deny would be cached by API Gateway for ReauthorizeEvery; a
+    failed invocation is a 500 that nobody caches."""
+    token = mint(new_user())
+    module = sys.modules[handlers["AuthorizerFunction"].__module__]
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
+        with pytest.raises(redis_lib.exceptions.ConnectionError):
+            authorize({"authorization": f"Bearer {token}"})
+        # Nothing to look up: still a plain deny, no Redis needed.
+        assert authorize({"authorization": "Bearer"}) == DENIED
+    assert authorize({"authorization": f"Bearer {token}"})["isAuthorized"] is True

@@ -5,6 +5,7 @@ the real persister, and ``seckill-local invoke`` as a command."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as redis_lib
 
 from seckill import keys
 from seckill.db import Credentials, Database
@@ -26,12 +28,14 @@ from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
 from seckill.timeutil import from_ms
+from seckill.tokens import store_tokens
 from seckill_local.api import LocalHttpApi, make_server
+from seckill_local.chaos import PrivateRedis
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool
 from seckill_local.runner import Runner, rate_seconds, scheduled_event
 from seckill_local.sqs import ensure_queues
-from seckill_local.stack import local_parameters
+from seckill_local.stack import free_port, local_parameters
 from seckill_local.template import ROOT, TEMPLATE, Template
 from tests.conftest import EVENTS, closed_port, db_rows, drain, new_user
 
@@ -202,10 +206,9 @@ def test_runner_environment_resolves_refs_and_layers_env_vars(runner: Runner, cr
 # --- the HTTP API over real HTTP ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def api_url(runner: Runner, template: Template) -> Iterator[str]:
-    """``start-api`` in-process: one warm container each of the API and the authorizer."""
-    pools = {name: runner.pool(name, 1) for name in ("SeckillApiFunction", "AuthorizerFunction")}
+@contextlib.contextmanager
+def serving(template: Template, pools: dict[str, FunctionPool]) -> Iterator[str]:
+    """``start-api`` in-process with these warm containers; closes them at the end."""
     try:
         for pool in pools.values():
             pool.warm()
@@ -221,6 +224,15 @@ def api_url(runner: Runner, template: Template) -> Iterator[str]:
     finally:
         for pool in pools.values():
             pool.close()
+
+
+@pytest.fixture(scope="module")
+def api_url(runner: Runner, template: Template) -> Iterator[str]:
+    """One warm container each of the API and the authorizer."""
+    with serving(
+        template, {name: runner.pool(name, 1) for name in ("SeckillApiFunction", "AuthorizerFunction")}
+    ) as url:
+        yield url
 
 
 def http(
@@ -329,6 +341,38 @@ def test_http_admin_route_needs_a_sigv4_request(api_url: str, redis: Any) -> Non
         assert redis.get(keys.stock(voucher_id)) == str(payload["stock"])
     finally:
         redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id))
+
+
+def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
+    runner: Runner, template: Template, tmp_path: Path
+) -> None:
+    """API Gateway answers a failed authorizer with 500 and caches nothing: once Redis is
+    back, the same token is authorized at once, not denied for ReauthorizeEvery seconds."""
+    assert template.authorizer() is not None
+    assert template.authorizer()[1] > 0  # answers are cached: a cached deny would outlive the outage
+    sessions = PrivateRedis(tmp_path, free_port())
+    user_id, token = new_user(), uuid.uuid4().hex
+    authorizer = runner.function("AuthorizerFunction")
+    pools = {
+        "SeckillApiFunction": runner.pool("SeckillApiFunction", 1),
+        "AuthorizerFunction": FunctionPool(authorizer, runner.environment(authorizer) | {"REDIS_URL": sessions.url}, 1),
+    }
+    order_url = f"{{}}/voucher-order/{random.randint(2**60, 2**62)}"
+    try:
+        with serving(template, pools) as api:
+            # Redis is down: the token cannot be looked up.
+            status, headers, answer = http(order_url.format(api), headers={"authorization": f"Bearer {token}"})
+            assert (status, answer) == (500, {"message": "Internal Server Error"})
+            assert headers["content-type"] == "application/json"
+
+            sessions.start()  # back (empty, as after a restart), and the login service writes the session again
+            store_tokens(redis_lib.Redis(port=sessions.port), {user_id: token}, 300)
+
+            status, _, answer = http(order_url.format(api), headers={"authorization": f"Bearer {token}"})
+            assert status == 404, answer  # the function's own answer: authorized, the order is unknown
+            assert answer["code"] == "ORDER_NOT_FOUND"
+    finally:
+        sessions.kill()
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/nope"), ("DELETE", "/voucher/list/1"), ("GET", "/voucher")])
@@ -473,10 +517,10 @@ def test_seckill_local_invoke_keeps_function_logs_off_stdout(
 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["statusCode"] == 500
-    assert json.loads(result["body"])["code"] == "INTERNAL_ERROR"
+    assert result["statusCode"] == 503
+    assert json.loads(result["body"])["code"] == "TRY_AGAIN"
     assert "Traceback" not in result["body"]
-    assert "unhandled error" in done.stderr
+    assert "dependency unavailable" in done.stderr
 
 
 # --- scheduled functions -----------------------------------------------------------------------

@@ -167,8 +167,7 @@ def test_database_stock_zero_is_failed_sold_out_recorded_and_not_retried(
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
     message = accept(gate, voucher_id, user_id)
-    with db.transaction() as cursor:
-        cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (voucher_id,))
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
 
     assert failures(persist(record(message.to_json()))) == set()
 
@@ -262,8 +261,7 @@ def test_mixed_batch_reports_exactly_the_failing_records(
     sold_out = make_voucher(stock=10)
     good = [accept(gate, voucher_id, new_user()) for _ in range(3)]
     refused = accept(gate, sold_out, new_user())
-    with db.transaction() as cursor:
-        cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (sold_out,))
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", sold_out)
     bad = [record("{oops"), record('{"orderId": "1", "userId": 2}')]
     records = [
         record(good[0].to_json()),

@@ -342,8 +342,7 @@ def test_seed_success_before_persisted_is_202_then_the_status_route(
     assert accepted["headers"]["Location"] == f"/voucher-order/{order_id}"
     assert body(api(status_event(order_id, user_id)))["data"]["status"] == "PENDING"
     if stock_in_db is not None:
-        with db.transaction() as cursor:
-            cursor.execute("UPDATE tb_seckill_voucher SET stock = %s WHERE voucher_id = %s", (stock_in_db, voucher_id))
+        db_rows(db, "UPDATE tb_seckill_voucher SET stock = %s WHERE voucher_id = %s", stock_in_db, voucher_id)
 
     assert len(poll(order_queue)[0]) == 1
 
@@ -416,8 +415,7 @@ def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
     """SPEC §5: "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
     voucher_id = make_voucher(stock=5)
     message = accept(gate, voucher_id)
-    with db.transaction() as cursor:
-        cursor.execute("UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", (voucher_id,))
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     send(sqs, queue_url, message.to_json())
 
     assert poll(queue_url) == ([message.to_json()], [])

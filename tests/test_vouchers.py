@@ -6,6 +6,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -14,11 +15,15 @@ import pytest
 import redis as redis_lib
 
 from seckill import keys, vouchers
-from seckill.db import Database
-from seckill.errors import BadRequest
-from seckill.timeutil import to_ms
+from seckill.db import Credentials, Database, connect
+from seckill.errors import BadRequest, SeckillError
+from seckill.gate import Gate
+from seckill.migrate import migrate
+from seckill.recovery import rebuild
+from seckill.scripts import Scripts
+from seckill.timeutil import to_db, to_ms
 from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
-from tests.conftest import db_rows, load_event
+from tests.conftest import db_rows, load_event, new_user
 
 SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
 
@@ -43,8 +48,8 @@ def test_the_sample_body_is_valid() -> None:
     assert (voucher.shop_id, voucher.title, voucher.pay_value, voucher.actual_value) == (1, "100元代金券", 8000, 10000)
     assert (voucher.type, voucher.stock) == (1, 200)
     assert voucher.sub_title == "周一至周五均可使用"
-    assert voucher.begin_time == datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    assert voucher.end_time == datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)
+    assert voucher.begin_time == datetime(2030, 11, 30, 12, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 23, 59, 59, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -62,8 +67,8 @@ def test_the_sample_body_is_valid() -> None:
         pytest.param(sample(stock=True), "stock", id="stock-bool"),
         pytest.param(sample(stock=None), "stock", id="stock-missing"),
         pytest.param(sample(payValue=-1), "payValue", id="payValue-negative"),
-        pytest.param(sample(endTime="2026-11-30T11:00:00"), "endTime", id="end-before-begin"),
-        pytest.param(sample(endTime="2026-11-30T12:00:00"), "endTime", id="end-equals-begin"),
+        pytest.param(sample(endTime="2030-11-30T11:00:00"), "endTime", id="end-before-begin"),
+        pytest.param(sample(endTime="2030-11-30T12:00:00"), "endTime", id="end-equals-begin"),
         pytest.param(sample(beginTime="tomorrow"), "beginTime", id="beginTime-not-a-date"),
         pytest.param(sample(endTime=None), "endTime", id="endTime-missing"),
         pytest.param(sample(type=0), "type", id="ordinary-type-on-seckill-route"),
@@ -100,26 +105,57 @@ def test_naive_times_are_read_in_the_given_zone() -> None:
     voucher = parse_voucher(SAMPLE, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
     assert isinstance(voucher, SeckillVoucherIn)
     # 12:00 in Shanghai (UTC+8) is 04:00 UTC.
-    assert voucher.begin_time == datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
-    assert voucher.end_time == datetime(2026, 11, 30, 15, 59, 59, tzinfo=UTC)
+    assert voucher.begin_time == datetime(2030, 11, 30, 4, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 15, 59, 59, tzinfo=UTC)
     assert voucher.begin_time.utcoffset() == timedelta(0)
 
 
 def test_times_with_an_offset_ignore_the_zone() -> None:
-    body = sample(beginTime="2026-11-30T12:00:00+02:00", endTime="2026-11-30T13:00:00Z")
+    body = sample(beginTime="2030-11-30T12:00:00+02:00", endTime="2030-11-30T13:00:00Z")
     voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
     assert isinstance(voucher, SeckillVoucherIn)
-    assert voucher.begin_time == datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
-    assert voucher.end_time == datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+    assert voucher.begin_time == datetime(2030, 11, 30, 10, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 13, 0, tzinfo=UTC)
 
 
 def test_end_before_begin_is_judged_after_the_zone() -> None:
     # 10:00+00:00 is after 12:00 in Shanghai (04:00Z): valid only once the zone applies.
-    body = sample(beginTime="2026-11-30T12:00:00", endTime="2026-11-30T10:00:00+00:00")
+    body = sample(beginTime="2030-11-30T12:00:00", endTime="2030-11-30T10:00:00+00:00")
     voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
     assert isinstance(voucher, SeckillVoucherIn)
     with pytest.raises(BadRequest):
         parse_voucher(body, SeckillVoucherIn, UTC)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        pytest.param({"beginTime": "0001-01-01T00:00:00+01:00"}, "beginTime", id="begin-before-year-1-in-utc"),
+        pytest.param({"endTime": "9999-12-31T23:59:59-01:00"}, "endTime", id="end-after-year-9999-in-utc"),
+    ],
+)
+def test_times_outside_the_years_1_to_9999_in_utc_name_the_field(changes: dict[str, str], field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(**changes), SeckillVoucherIn, UTC)
+    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+
+
+def test_a_naive_time_pushed_out_of_range_by_the_zone_names_the_field() -> None:
+    body = sample(beginTime="0001-01-01T00:00:00", endTime="2030-01-01T00:00:00Z")
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert caught.value.message.startswith("beginTime:"), caught.value.message
+
+
+def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
+    now = datetime.now(UTC)
+    ended = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now - timedelta(seconds=1)).isoformat())
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(ended, SeckillVoucherIn, UTC)
+    assert caught.value.message.startswith("endTime:"), caught.value.message
+    # Still open, if only just: accepted.
+    open_ = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now + timedelta(minutes=1)).isoformat())
+    assert isinstance(parse_voucher(open_, SeckillVoucherIn, UTC), SeckillVoucherIn)
 
 
 # --- create_seckill_voucher ----------------------------------------------------------------
@@ -152,11 +188,9 @@ def seckill_voucher(shop_id: int = 1, stock: int = 25, title: str = "flash") -> 
 def test_create_seckill_voucher_writes_both_tables_and_preloads_redis(
     db: Database, redis: Any, created: list[int]
 ) -> None:
-    redis.delete(keys.loaded())
     voucher = seckill_voucher(stock=25)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
     created.append(voucher_id)
-    assert redis.get(keys.loaded()) == "1"  # the gate may trust "not found" again
 
     [row] = db_rows(db, "SELECT * FROM tb_voucher WHERE id = %s", voucher_id)
     assert (row["shop_id"], row["title"], row["type"], row["status"]) == (1, "flash", 1, 1)
@@ -175,6 +209,83 @@ def test_create_seckill_voucher_writes_both_tables_and_preloads_redis(
     }
     assert redis.hgetall(keys.window(voucher_id))["begin"] == "1903852800250"
     assert redis.exists(f"seckill:order:{{{voucher_id}}}", keys.pending(voucher_id)) == 0
+
+
+@pytest.fixture
+def loaded_mark(redis: Any) -> Iterator[None]:
+    """The test takes the mark away (Redis lost its data); the suite's Redis gets it back after."""
+    redis.delete(keys.loaded())
+    yield
+    redis.set(keys.loaded(), 1)
+
+
+@pytest.fixture
+def own_db(creds: Credentials) -> Iterator[Database]:
+    """A database of the test's own: no other test's vouchers in it."""
+    own = replace(creds, database=f"{creds.database}_own_{secrets.token_hex(3)}")
+    migrate(own)
+    database = Database(own)
+    db_rows(database, f"ALTER TABLE tb_voucher AUTO_INCREMENT = {secrets.randbelow(10**12) + 10**9}")
+    yield database
+    database.close()
+    conn = connect(own, database=False)
+    with conn.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{own.database}`")
+    conn.close()
+
+
+def insert_seckill_row(db: Database, end: datetime) -> int:
+    """A seckill voucher straight into MySQL, as an earlier sale left it."""
+    db_rows(db, "INSERT INTO tb_voucher (shop_id, title, pay_value, actual_value, type) VALUES (1, 'old', 1, 2, 1)")
+    [row] = db_rows(db, "SELECT MAX(id) AS id FROM tb_voucher")
+    voucher_id = int(row["id"])
+    db_rows(
+        db,
+        "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (%s, 1, %s, %s)",
+        voucher_id,
+        to_db(end - timedelta(hours=1)),
+        to_db(end),
+    )
+    return voucher_id
+
+
+def test_the_only_voucher_of_the_last_day_declares_the_cache_complete(
+    own_db: Database, redis: Any, created: list[int], loaded_mark: None
+) -> None:
+    insert_seckill_row(own_db, datetime.now(UTC) - vouchers.LOADED_HORIZON - timedelta(minutes=1))
+    created.append(vouchers.create_seckill_voucher(own_db, redis, seckill_voucher()))
+    assert redis.get(keys.loaded()) == "1"  # the gate may trust "not found" again
+
+
+@pytest.mark.parametrize("ended_ago", [None, timedelta(hours=12)], ids=["on-sale", "ended-12-hours-ago"])
+def test_a_voucher_created_after_redis_lost_its_data_leaves_the_mark_to_recovery(
+    own_db: Database, redis: Any, created: list[int], loaded_mark: None, ended_ago: timedelta | None
+) -> None:
+    now = datetime.now(UTC)
+    earlier = insert_seckill_row(own_db, now + timedelta(hours=1) if ended_ago is None else now - ended_ago)
+    created.append(earlier)  # its Redis state is gone: never preloaded here, as after a loss
+    created.append(vouchers.create_seckill_voucher(own_db, redis, seckill_voucher()))
+    assert not redis.exists(keys.loaded())
+
+
+def test_a_lost_voucher_stays_try_again_after_another_is_created(
+    db: Database, redis: Any, gate: Gate, scripts: Scripts, make_voucher: Callable[..., int], loaded_mark: None
+) -> None:
+    """Redis lost its data mid-sale, then an admin creates a voucher: buyers of the lost
+    one are told to try again (not "not found") until recovery has rebuilt it."""
+    lost = make_voucher(stock=3)
+    redis.delete(keys.stock(lost), keys.window(lost), keys.buyers(lost), keys.pending(lost), keys.loaded())
+
+    fresh = make_voucher(stock=3)
+
+    assert not redis.exists(keys.loaded())
+    with pytest.raises(SeckillError) as refused:
+        gate.reserve(lost, new_user(), uuid.uuid4().hex)
+    assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
+    assert gate.reserve(fresh, new_user(), uuid.uuid4().hex)
+    rebuild(db, redis, scripts)
+    assert redis.exists(keys.loaded())
+    assert gate.reserve(lost, new_user(), uuid.uuid4().hex)
 
 
 def test_a_reused_voucher_id_does_not_inherit_old_buyers(db: Database, redis: Any, created: list[int]) -> None:
@@ -252,7 +363,7 @@ def test_list_vouchers_of_a_shop(
     ordinary_id = vouchers.create_voucher(db, VoucherIn(shop_id=shop_id, title="plain", pay_value=1, actual_value=2))
     make_voucher(shop_id=shop_id + 1)  # another shop's
 
-    listed = vouchers.list_vouchers(db, shop_id)
+    listed = vouchers.list_vouchers(db, shop_id).vouchers
 
     assert [v["id"] for v in listed] == [seckill_id, ordinary_id]
     assert all(set(v) == FIELDS for v in listed)
@@ -285,10 +396,10 @@ def test_list_shows_the_database_stock_and_hides_withdrawn(
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 12 WHERE voucher_id = %s", on_sale)
     db_rows(db, "UPDATE tb_voucher SET status = 2 WHERE id = %s", withdrawn)
 
-    listed = vouchers.list_vouchers(db, shop_id)
+    listed = vouchers.list_vouchers(db, shop_id).vouchers
 
     assert [(v["id"], v["stock"]) for v in listed] == [(on_sale, 12)]
 
 
 def test_list_of_an_unknown_shop_is_empty(db: Database, shop_id: int) -> None:
-    assert vouchers.list_vouchers(db, shop_id) == []
+    assert vouchers.list_vouchers(db, shop_id).vouchers == []

@@ -2,6 +2,11 @@
 
 The token (``authorization`` header, ``Bearer`` optional) is looked up in the
 hm-dianping login hash; the user id goes to the API as ``context.userId``.
+
+A missing or unknown token is denied. A lookup that fails (Redis unreachable)
+raises instead: API Gateway caches a deny for ReauthorizeEvery, locking the
+token's user out well past a short outage, whereas a failed invocation is
+answered 500 and cached by nobody, so the next request asks again.
 """
 
 from __future__ import annotations
@@ -30,9 +35,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     try:
         user_id = user_for_token(redis, token)
     except Exception:
-        # Deny rather than fail open; API Gateway answers 403 to the client.
         logger.exception("token lookup failed")
-        return DENY
+        raise
     if user_id is None:
         return DENY
     return {"isAuthorized": True, "context": {"userId": str(user_id)}}

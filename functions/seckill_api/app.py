@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import warnings
 from typing import Any
+from urllib.parse import urlencode
 
+import pymysql
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import orders, results, vouchers
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
-from seckill.db import Database
+from seckill.db import Database, is_connection_error
 from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
 from seckill.gate import Gate
 from seckill.ids import parse_id
@@ -82,10 +88,29 @@ def order_status(orderId: str) -> Response:
     return results.ok(orders.order_status(db, redis, order_id, user_id))
 
 
+def page_size(value: str | None) -> int:
+    if value is None:
+        return vouchers.PAGE_SIZE
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= vouchers.MAX_PAGE_SIZE:
+        raise BadRequest(f"limit must be an integer from 1 to {vouchers.MAX_PAGE_SIZE}")
+    return int(value)
+
+
 @app.get("/voucher/list/<shopId>")
 @tracer.capture_method
 def list_vouchers(shopId: str) -> Response:
-    return results.ok(vouchers.list_vouchers(db, parse_id(shopId, "shopId")))
+    """Paged by id: ``limit`` (default 20, at most 100) and ``after`` (the last id seen);
+    a ``Link: <...>; rel="next"`` header names the next page while there is one."""
+    shop_id = parse_id(shopId, "shopId")
+    query = app.current_event.query_string_parameters or {}
+    limit = page_size(query.get("limit"))
+    after = parse_id(query["after"], "after") if "after" in query else 0
+    page = vouchers.list_vouchers(db, shop_id, limit=limit, after=after)
+    headers: dict[str, str] = {}
+    if page.next_after is not None:
+        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': limit, 'after': page.next_after})}"
+        headers["Link"] = f'<{next_page}>; rel="next"'
+    return results.ok(page.vouchers, headers=headers)
 
 
 @app.post("/voucher/seckill")
@@ -106,14 +131,44 @@ def add_voucher() -> Response:
     return results.ok(vouchers.create_voucher(db, voucher), status=201)
 
 
+@app.post("/voucher/seckill/<voucherId>/stop")
+@tracer.capture_method
+def stop_seckill_voucher(voucherId: str) -> Response:
+    require_admin()
+    voucher_id = parse_id(voucherId, "voucherId")
+    vouchers.stop_seckill_voucher(db, redis, voucher_id)
+    logger.info("seckill voucher stopped", extra={"voucherId": voucher_id})
+    return results.ok(voucher_id)
+
+
 @app.exception_handler(SeckillError)
 def refused(error: SeckillError) -> Response:
     if isinstance(error, TryAgain):
-        logger.warning("order not queued, reservation released", exc_info=error.__cause__)
-        metrics.add_metric(name="OrdersNotQueued", unit=MetricUnit.Count, value=1)
+        logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
+        metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
     else:
         metrics.add_metric(name=f"Refused{error.code}", unit=MetricUnit.Count, value=1)
     return results.fail(error.status, error.code, error.message)
+
+
+@app.exception_handler(
+    [
+        pymysql.err.OperationalError,
+        pymysql.err.InterfaceError,
+        RedisConnectionError,
+        RedisTimeoutError,
+        BotoConnectionError,
+        BotoReadTimeoutError,
+    ]
+)
+def unavailable(error: Exception) -> Response:
+    """A dependency that cannot be reached is the client's cue to try again; an error
+    MySQL reports about the statement itself stays a 500."""
+    if isinstance(error, pymysql.Error) and not is_connection_error(error):
+        return unexpected(error)
+    logger.warning("dependency unavailable", exc_info=error)
+    metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=1)
+    return results.fail(503, "TRY_AGAIN", "the service is briefly unavailable, please try again")
 
 
 @app.not_found

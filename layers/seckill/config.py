@@ -35,7 +35,8 @@ class Settings:
     timezone: ZoneInfo
     # How long a warm function refuses a sold-out or ended voucher without Redis.
     refusal_cache_seconds: float
-    # How long the order-status hint for a pending order lives in Redis.
+    # How long the order-status hint for a pending order lives in Redis: longer than the
+    # dead-letter queue keeps a message (14 days), so a replayed order is never "not found".
     status_ttl_seconds: int
     # Require TLS to MySQL and verify the server's certificate (RDS Proxy requires TLS).
     db_tls: bool = False
@@ -57,7 +58,7 @@ class Settings:
             db_secret_arn=env.get("DB_SECRET_ARN", ""),
             timezone=ZoneInfo(env.get("SECKILL_TIMEZONE") or "UTC"),
             refusal_cache_seconds=float(env.get("SECKILL_REFUSAL_CACHE_SECONDS", "1.0")),
-            status_ttl_seconds=int(env.get("SECKILL_STATUS_TTL_SECONDS", "86400")),
+            status_ttl_seconds=int(env.get("SECKILL_STATUS_TTL_SECONDS", str(15 * 86400))),
             # Credentials from Secrets Manager mean a managed database in AWS: TLS unless told otherwise.
             db_tls=_flag(env.get("DB_TLS")) if env.get("DB_TLS") else bool(env.get("DB_SECRET_ARN")),
         )

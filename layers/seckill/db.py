@@ -1,8 +1,9 @@
-"""MySQL access: one connection per thread, kept alive across idle periods.
+"""MySQL access: one connection per thread, replaced when it turns out dead.
 
-A Lambda container is frozen between invocations and RDS Proxy or MySQL may
-close an idle connection meanwhile, so a connection that has sat idle is
-pinged (and reconnected) before use.
+A Lambda container is frozen between invocations, and RDS Proxy or MySQL may
+close its connection meanwhile (idle timeout, failover, KILL). Instead of
+pinging before use, ``Database.run`` notices the dead connection on its
+first statement, replaces it, and runs the transaction again when that is safe.
 """
 
 from __future__ import annotations
@@ -11,18 +12,39 @@ import contextlib
 import functools
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
+from pymysql.constants import CR, ER
 from pymysql.cursors import DictCursor
 
 from seckill.config import Settings
 
-IDLE_PING_SECONDS = 5.0
+T = TypeVar("T")
+
+# Client-side codes of a connection that could not be made or was lost, and the
+# server's own "going away" answers: the statement never ran, or ran and was rolled back.
+CONNECTION_LOST = frozenset(
+    {
+        CR.CR_CONN_HOST_ERROR,
+        CR.CR_CONNECTION_ERROR,
+        CR.CR_SERVER_GONE_ERROR,
+        CR.CR_SERVER_LOST,
+        CR.CR_SERVER_LOST_EXTENDED,
+        ER.SERVER_SHUTDOWN,
+        1927,  # MariaDB's ER_CONNECTION_KILLED
+        4031,  # MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT
+    }
+)
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """MySQL unreachable or the connection gone, as opposed to an error in the statement itself."""
+    if isinstance(error, pymysql.err.InterfaceError):
+        return True
+    return isinstance(error, pymysql.err.OperationalError) and bool(error.args) and error.args[0] in CONNECTION_LOST
 
 
 @dataclass(frozen=True)
@@ -96,34 +118,46 @@ class Database:
 
     def connection(self) -> pymysql.Connection:
         conn: pymysql.Connection | None = getattr(self._local, "conn", None)
-        now = time.monotonic()
-        if conn is not None and now - self._local.used > IDLE_PING_SECONDS:
-            try:
-                conn.ping()
-            except pymysql.Error:
-                self.close()  # gone while idle: start afresh
-                conn = None
         if conn is None:
             conn = connect(self._creds())
             self._local.conn = conn
-        self._local.used = now
         return conn
 
-    @contextmanager
-    def transaction(self) -> Iterator[DictCursor]:
-        """Commits when the block ends normally, rolls back on any exception."""
-        conn = self.connection()
-        try:
-            with conn.cursor() as cursor:
-                yield cursor
-            conn.commit()
-        except BaseException:
+    def run(self, work: Callable[[DictCursor], T], *, read_only: bool = False) -> T:
+        """``work`` in one transaction, committed when it returns, rolled back when it raises.
+
+        A connection that turns out dead (killed, or closed while the container
+        was frozen) is replaced and ``work`` runs once more: always when ``read_only``;
+        for a write only if it failed before COMMIT was sent, since MySQL rolled the
+        transaction back then. A COMMIT whose answer was lost may have committed, so
+        that error is raised. ``work`` must be safe to call twice.
+        """
+        retries = 1
+        while True:
+            conn = self.connection()  # outside the try: MySQL unreachable is raised at once
+            committing = False
+            try:
+                with conn.cursor() as cursor:
+                    result = work(cursor)
+                committing = True
+                conn.commit()
+                return result
+            except BaseException as exc:
+                self._abandon(conn, exc)
+                if not (retries and (read_only or not committing) and is_connection_error(exc)):
+                    raise
+                retries -= 1
+
+    def _abandon(self, conn: pymysql.Connection, error: BaseException) -> None:
+        """Roll back after ``error``; a lost connection is dropped instead (the server
+        rolls back a transaction whose connection is gone)."""
+        if not is_connection_error(error):
             try:
                 conn.rollback()
+                return
             except pymysql.Error:
-                # A dead connection rolls back by itself; reconnect next time.
-                self.close()
-            raise
+                pass  # gone meanwhile
+        self.close()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

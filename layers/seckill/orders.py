@@ -8,12 +8,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from pymysql.cursors import DictCursor
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import keys
-from seckill.db import Database
+from seckill.db import Database, is_connection_error
 from seckill.errors import NotFound, SeckillError, TryAgain
 from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, TAKEN_OVER, Gate, Reservation, refusal
 from seckill.ids import next_order_id, order_id_time
@@ -109,13 +110,16 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> SeckillError:
     """The gate does not know the voucher (and Redis has not lost its data): MySQL
     tells a voucher that never existed (404) from one whose sale ended or was stopped
     long ago (409 ENDED) and from one the cache is missing (503 until reconciled)."""
-    with db.transaction() as cursor:
+
+    def lookup(cursor: DictCursor) -> dict[str, Any] | None:
         cursor.execute(
             "SELECT sv.end_time, v.status FROM tb_seckill_voucher sv JOIN tb_voucher v ON v.id = sv.voucher_id"
             " WHERE sv.voucher_id = %s",
             (voucher_id,),
         )
-        row = cursor.fetchone()
+        return cursor.fetchone()
+
+    row = db.run(lookup, read_only=True)
     if row is None:
         return refusal(NOT_FOUND)
     if int(row["status"]) != ON_SALE or from_db(row["end_time"]) <= datetime.now(UTC):
@@ -147,37 +151,57 @@ def _hint(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:
     return data if data and data.get("userId") == user_id else None
 
 
+def _cache_complete(redis: Any) -> bool:
+    """False when Redis lost its data (or cannot say): a hint may have been lost with it."""
+    try:
+        return bool(redis.exists(keys.loaded()))
+    except RedisError:
+        return False
+
+
 def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
     """A final status (CONFIRMED/FAILED) comes from the hint the persister wrote after
     MySQL committed it, or from MySQL itself; PENDING only from the hint, when MySQL
-    has not decided yet. Redis is never needed for a correct answer.
+    has not decided yet or cannot be asked.
 
-    Another user's order is reported exactly like an unknown one.
+    Another user's order is reported exactly like an unknown one. An order neither
+    knows is "not found" only while Redis holds its data: an accepted order whose
+    hint was lost (and which is still on its way to MySQL) is a 503, never a 404.
     """
     hint = _hint(redis, order_id, user_id)
     if hint is not None and hint.get("status") in {CONFIRMED, FAILED}:
         return hint
-    with db.transaction() as cursor:
+
+    def lookup(cursor: DictCursor) -> tuple[dict[str, Any] | None, str, str | None]:
         cursor.execute(
             "SELECT user_id, voucher_id, create_time FROM tb_voucher_order WHERE id = %s AND user_id = %s",
             (order_id, user_id),
         )
         row = cursor.fetchone()
-        status, reason = CONFIRMED, None
-        if row is None:
-            cursor.execute(
-                "SELECT user_id, voucher_id, reason, create_time FROM tb_voucher_order_rejection"
-                " WHERE order_id = %s AND user_id = %s",
-                (order_id, user_id),
-            )
-            row = cursor.fetchone()
-            status, reason = FAILED, row and row["reason"]
+        if row is not None:
+            return row, CONFIRMED, None
+        cursor.execute(
+            "SELECT user_id, voucher_id, reason, create_time FROM tb_voucher_order_rejection"
+            " WHERE order_id = %s AND user_id = %s",
+            (order_id, user_id),
+        )
+        row = cursor.fetchone()
+        return row, FAILED, row and row["reason"]
+
+    try:
+        row, status, reason = db.run(lookup, read_only=True)
+    except Exception as exc:
+        if hint is None or not is_connection_error(exc):
+            raise
+        row = None  # MySQL is down: the hint still says PENDING
     if row is not None:
         # A rejection's own time is when MySQL refused it; the order was made when its id was.
         created = from_db(row["create_time"]) if status == CONFIRMED else order_id_time(order_id)
         return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(created))
     if hint is not None:
         return _status(order_id, int(hint["voucherId"]), user_id, PENDING, None, hint.get("createdAt"))
+    if not _cache_complete(redis):
+        raise TryAgain("the order's status is briefly unavailable, please try again")
     raise NotFound("order not found", code="ORDER_NOT_FOUND")
 
 

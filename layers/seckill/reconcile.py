@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from pymysql.cursors import DictCursor
+
 from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
@@ -101,13 +103,16 @@ def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
     if not order_ids:
         return set()
     marks = ", ".join(["%s"] * len(order_ids))
-    with db.transaction() as cursor:
+
+    def read(cursor: DictCursor) -> set[int]:
         cursor.execute(
             f"SELECT id FROM tb_voucher_order WHERE id IN ({marks})"
             f" UNION SELECT order_id FROM tb_voucher_order_rejection WHERE order_id IN ({marks})",
             (*order_ids, *order_ids),
         )
         return {int(next(iter(r.values()))) for r in cursor.fetchall()}
+
+    return db.run(read, read_only=True)
 
 
 def resolve_pending(

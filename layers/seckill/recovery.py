@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from pymysql.cursors import DictCursor
+
 from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
@@ -35,6 +37,7 @@ from seckill.messages import OrderMessage, dead_lettered_orders, queue_depth, wa
 from seckill.orders import write_pending_hint
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
+from seckill.vouchers import WITHDRAWN
 
 Mode = Literal["missing", "repair", "check"]
 
@@ -54,11 +57,15 @@ class Restored:
 
 
 def voucher_ids_on_sale(db: Database, *, ended_within: timedelta = timedelta(0)) -> list[int]:
-    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago)."""
+    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago),
+    withdrawn ones included: their pending orders still need resolving."""
     since = to_db(datetime.now(UTC) - ended_within)
-    with db.transaction() as cursor:
+
+    def read(cursor: DictCursor) -> list[int]:
         cursor.execute("SELECT voucher_id FROM tb_seckill_voucher WHERE end_time > %s ORDER BY voucher_id", (since,))
         return [int(r["voucher_id"]) for r in cursor.fetchall()]
+
+    return db.run(read, read_only=True)
 
 
 def restore(
@@ -77,14 +84,20 @@ def restore(
     The voucher's row stays locked (FOR UPDATE) while the script runs, so no
     persister commits an order between what MySQL says and what Redis is told.
     """
-    with db.transaction() as cursor:
+
+    def align(cursor: DictCursor) -> Restored | None:
         cursor.execute(
-            "SELECT stock, begin_time, end_time FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE",
+            "SELECT sv.stock, sv.begin_time, sv.end_time, v.status FROM tb_seckill_voucher sv"
+            " JOIN tb_voucher v ON v.id = sv.voucher_id WHERE sv.voucher_id = %s FOR UPDATE",
             (voucher_id,),
         )
         row = cursor.fetchone()
         if row is None:
             return None
+        # A withdrawn sale keeps a closed window (0/0): the gate answers ENDED to every press.
+        withdrawn = int(row["status"]) == WITHDRAWN
+        begin_ms = 0 if withdrawn else to_ms(from_db(row["begin_time"]))
+        end_ms = 0 if withdrawn else to_ms(from_db(row["end_time"]))
         cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         orders = cursor.fetchall()
         cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
@@ -96,16 +109,19 @@ def restore(
             args=[
                 mode,
                 int(row["stock"]),
-                to_ms(from_db(row["begin_time"])),
-                to_ms(from_db(row["end_time"])),
+                begin_ms,
+                end_ms,
                 json.dumps([str(r["user_id"]) for r in orders]),
                 json.dumps(decided),
                 json.dumps([[str(m.user_id), str(m.order_id), str(to_ms(m.accepted_at))] for m in dead_letters]),
             ],
         )
-    return Restored(
-        voucher_id, bool(applied), None if int(old) < 0 else int(old), int(expected), int(added), int(removed)
-    )
+        return Restored(
+            voucher_id, bool(applied), None if int(old) < 0 else int(old), int(expected), int(added), int(removed)
+        )
+
+    # Safe to run twice: the script only ever aligns Redis with what MySQL says.
+    return db.run(align)
 
 
 def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None = None) -> int:
@@ -114,13 +130,16 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
     now = now or datetime.now(UTC)
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     first_id = (int(day_start.timestamp()) - BEGIN_EPOCH) << COUNT_BITS
-    with db.transaction() as cursor:
+
+    def read(cursor: DictCursor) -> int:
         cursor.execute(
             "SELECT GREATEST(COALESCE((SELECT MAX(id & %s) FROM tb_voucher_order WHERE id >= %s), 0),"
             " COALESCE((SELECT MAX(order_id & %s) FROM tb_voucher_order_rejection WHERE order_id >= %s), 0)) AS seq",
             (SEQUENCE_MASK, first_id, SEQUENCE_MASK, first_id),
         )
-        floor = int(cursor.fetchone()["seq"])
+        return int(cursor.fetchone()["seq"])
+
+    floor = db.run(read, read_only=True)
     return int(scripts.counter_floor(keys=[day_key(now)], args=[floor]))
 
 

@@ -1,22 +1,30 @@
-"""Vouchers: creating them (MySQL, then the Redis preload the gate reads) and listing them."""
+"""Vouchers: creating them (MySQL, then the Redis preload the gate reads), listing them,
+and stopping a sale."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, tzinfo
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pymysql.cursors import DictCursor
 
 from seckill import keys
 from seckill.db import Database
-from seckill.errors import BadRequest
+from seckill.errors import BadRequest, NotFound
 from seckill.timeutil import from_db, iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
 
 ORDINARY, SECKILL = 0, 1
+ON_SALE, WITHDRAWN = 1, 2  # tb_voucher.status
+# A cache holding every seckill voucher that ended less than this long ago (or has
+# not ended) is complete enough for the gate to trust "not found" (keys.loaded()).
+LOADED_HORIZON = timedelta(days=1)
+PAGE_SIZE, MAX_PAGE_SIZE = 20, 100  # vouchers in a page of the list: by default, at most
 Money = Annotated[int, Field(ge=0, le=10**12)]
 
 
@@ -55,11 +63,20 @@ def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> Vou
     if voucher.type != expected:
         raise BadRequest(f"type: must be {expected} on this route")
     if isinstance(voucher, SeckillVoucherIn):
-        begin, end = to_utc(voucher.begin_time, zone), to_utc(voucher.end_time, zone)
+        begin, end = _utc(voucher.begin_time, zone, "beginTime"), _utc(voucher.end_time, zone, "endTime")
         if end <= begin:
             raise BadRequest("endTime: must be after beginTime")
+        if end <= datetime.now(UTC):
+            raise BadRequest("endTime: the sale window has already ended")
         voucher = voucher.model_copy(update={"begin_time": begin, "end_time": end})
     return voucher
+
+
+def _utc(moment: datetime, zone: tzinfo, field: str) -> datetime:
+    try:
+        return to_utc(moment, zone)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
+        raise BadRequest(f"{field}: must fall within the years 1 to 9999 in UTC") from None
 
 
 _INSERT_VOUCHER = (
@@ -73,30 +90,46 @@ def _voucher_row(v: VoucherIn) -> tuple[Any, ...]:
 
 
 def create_voucher(db: Database, voucher: VoucherIn) -> int:
-    with db.transaction() as cursor:
+    def insert(cursor: DictCursor) -> int:
         cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
         return int(cursor.lastrowid)
+
+    return db.run(insert)
 
 
 def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) -> int:
     """Both tables in one transaction, with the Redis preload inside it: if Redis
     refuses, nothing is committed; if the commit fails, the preload is undone."""
     preloaded: int | None = None
+
+    def insert_and_preload(cursor: DictCursor) -> int:
+        nonlocal preloaded
+        cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
+        voucher_id = int(cursor.lastrowid)
+        cursor.execute(
+            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (%s, %s, %s, %s)",
+            (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time)),
+        )
+        # Only when this is the one voucher the gate may need is the cache complete with
+        # it; otherwise Redis may have lost others, and recovery or reconciliation says so.
+        cursor.execute(
+            "SELECT 1 FROM tb_seckill_voucher WHERE voucher_id <> %s AND end_time > %s LIMIT 1",
+            (voucher_id, to_db(datetime.now(UTC) - LOADED_HORIZON)),
+        )
+        alone = cursor.fetchone() is None
+        # The last step of the transaction: a lost connection can only come before it.
+        preload(redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time)
+        preloaded = voucher_id
+        if alone:
+            redis.set(keys.loaded(), 1)
+        return voucher_id
+
     try:
-        with db.transaction() as cursor:
-            cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
-            voucher_id = int(cursor.lastrowid)
-            cursor.execute(
-                "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (%s, %s, %s, %s)",
-                (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time)),
-            )
-            preload(redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time)
-            preloaded = voucher_id
+        return db.run(insert_and_preload)
     except Exception:
         if preloaded is not None:
             unload(redis, preloaded)
         raise
-    return voucher_id
 
 
 def preload(redis: Any, voucher_id: int, stock: int, begin: datetime, end: datetime) -> None:
@@ -110,7 +143,6 @@ def preload(redis: Any, voucher_id: int, stock: int, begin: datetime, end: datet
         pipe.set(keys.stock(voucher_id), stock)
         pipe.hset(keys.window(voucher_id), mapping={"begin": to_ms(begin), "end": to_ms(end)})
         pipe.execute()
-    redis.set(keys.loaded(), 1)
 
 
 def unload(redis: Any, voucher_id: int) -> None:
@@ -120,18 +152,28 @@ def unload(redis: Any, voucher_id: int) -> None:
         log.exception("could not remove the Redis preload of voucher %s", voucher_id)
 
 
-def list_vouchers(db: Database, shop_id: int) -> list[dict[str, Any]]:
-    """A shop's vouchers on sale, seckill ones with their stock and window."""
-    with db.transaction() as cursor:
+@dataclass(frozen=True)
+class Page:
+    vouchers: list[dict[str, Any]]
+    next_after: int | None  # the ``after`` of the next page; None on the last one
+
+
+def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: int = 0) -> Page:
+    """A page of a shop's vouchers on sale, by id (seckill ones with their stock and
+    window): the first ``limit`` whose id is above ``after``."""
+
+    def select(cursor: DictCursor) -> list[dict[str, Any]]:
         cursor.execute(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, v.type, v.status,"
             " sv.stock, sv.begin_time, sv.end_time"
             " FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
-            " WHERE v.shop_id = %s AND v.status = 1 ORDER BY v.id",
-            (shop_id,),
+            " WHERE v.shop_id = %s AND v.status = %s AND v.id > %s ORDER BY v.id LIMIT %s",
+            (shop_id, ON_SALE, after, limit + 1),  # one more says whether a next page exists
         )
-        rows = cursor.fetchall()
-    return [
+        return list(cursor.fetchall())
+
+    rows = db.run(select, read_only=True)
+    listed = [
         {
             "id": int(r["id"]),
             "shopId": int(r["shop_id"]),
@@ -146,5 +188,26 @@ def list_vouchers(db: Database, shop_id: int) -> list[dict[str, Any]]:
             "beginTime": iso(from_db(r["begin_time"])),
             "endTime": iso(from_db(r["end_time"])),
         }
-        for r in rows
+        for r in rows[:limit]
     ]
+    return Page(listed, listed[-1]["id"] if len(rows) > limit else None)
+
+
+def stop_seckill_voucher(db: Database, redis: Any, voucher_id: int) -> None:
+    """Withdraw a seckill voucher: MySQL first, then the gate's window closes (0/0, so
+    every press is ENDED). Idempotent. If Redis fails after MySQL has committed, the
+    error is raised (the caller answers 503): a retry finishes the job, and so does
+    reconciliation, which rebuilds a withdrawn voucher with a closed window."""
+
+    def withdraw(cursor: DictCursor) -> None:
+        cursor.execute(
+            "SELECT v.id FROM tb_voucher v JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
+            " WHERE v.id = %s FOR UPDATE",
+            (voucher_id,),
+        )
+        if cursor.fetchone() is None:
+            raise NotFound("no such seckill voucher", code="VOUCHER_NOT_FOUND")
+        cursor.execute("UPDATE tb_voucher SET status = %s WHERE id = %s", (WITHDRAWN, voucher_id))
+
+    db.run(withdraw)
+    redis.hset(keys.window(voucher_id), mapping={"begin": 0, "end": 0})

@@ -2,7 +2,10 @@
 
 Routes come from the template's HttpApi events. A route behind the default
 authorizer runs AuthorizerFunction first (payload 2.0, simple responses,
-cached per identity for ReauthorizeEvery seconds, as API Gateway does).
+cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
+authorizer that fails (raises, times out, or answers without a boolean
+``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
+and nothing is cached.
 AWS_IAM routes need a SigV4-signed request; the signature is not verified
 locally, only required, and the function sees an ``iam`` authorizer context.
 """
@@ -88,7 +91,9 @@ class LocalHttpApi:
             f"arn:aws:execute-api:us-east-1:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
         )
         answer = self.pools[function].invoke(request)
-        context = (answer.get("context") or {}) if answer.get("isAuthorized") is True else None
+        if not isinstance(answer, dict) or not isinstance(answer.get("isAuthorized"), bool):
+            raise ValueError(f"the authorizer's answer is not a simple response: {answer!r}")
+        context = (answer.get("context") or {}) if answer["isAuthorized"] else None
         if ttl > 0:
             with self._lock:
                 self._auth_cache[token] = (now + ttl, context)

@@ -133,11 +133,14 @@ def promised(presses: list[Press]) -> set[tuple[int, int]]:
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
     """(confirmed, failed) orders of the voucher in MySQL."""
-    with db.transaction() as cursor:
+
+    def count(cursor: Any) -> tuple[int, int]:
         cursor.execute("SELECT COUNT(*) AS n FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         confirmed = int(cursor.fetchone()["n"])
         cursor.execute("SELECT COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
         return confirmed, int(cursor.fetchone()["n"])
+
+    return db.run(count, read_only=True)
 
 
 @dataclass
@@ -209,12 +212,15 @@ class Sale:
         return result.totals()
 
     def failed_reasons(self) -> dict[str, int]:
-        with self.db.transaction() as cursor:
+
+        def count(cursor: Any) -> dict[str, int]:
             cursor.execute(
                 "SELECT reason, COUNT(*) AS n FROM tb_voucher_order_rejection WHERE voucher_id = %s GROUP BY reason",
                 (self.voucher_id,),
             )
             return {r["reason"]: int(r["n"]) for r in cursor.fetchall()}
+
+        return self.db.run(count, read_only=True)
 
     def redeliver(self, presses: list[Press]) -> int:
         """Send every accepted order once more, as SQS may: MySQL must not change."""

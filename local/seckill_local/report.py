@@ -89,13 +89,15 @@ class Outcome:
 
     @classmethod
     def read(cls, db: Database, redis: Any, voucher_id: int) -> Outcome:
-        with db.transaction() as cursor:
+        def read(cursor: Any) -> tuple[dict[int, int], set[int], int]:
             cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
             orders = {int(r["id"]): int(r["user_id"]) for r in cursor.fetchall()}
             cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
             rejected = {int(r["order_id"]) for r in cursor.fetchall()}
             cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
-            mysql_stock = int(cursor.fetchone()["stock"])
+            return orders, rejected, int(cursor.fetchone()["stock"])
+
+        orders, rejected, mysql_stock = db.run(read, read_only=True)
         return cls(
             orders, rejected, mysql_stock, int(redis.get(keys.stock(voucher_id))), redis.hlen(keys.pending(voucher_id))
         )
