@@ -283,7 +283,7 @@ def test_a_lost_voucher_stays_try_again_after_another_is_created(
         gate.reserve(lost, new_user(), uuid.uuid4().hex)
     assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
     assert gate.reserve(fresh, new_user(), uuid.uuid4().hex)
-    rebuild(db, redis, scripts)
+    rebuild(db, redis, scripts, dead_letters=[], hint_ttl=60)
     assert redis.exists(keys.loaded())
     assert gate.reserve(lost, new_user(), uuid.uuid4().hex)
 
