@@ -1,7 +1,8 @@
 -- The seckill gate: every check and the reservation in one atomic step.
 -- KEYS[1] seckill:stock:{v}   string, remaining stock
 -- KEYS[2] seckill:order:{v}   set, user ids holding an order
--- KEYS[3] seckill:window:{v}  hash, begin/end in epoch milliseconds
+-- KEYS[3] seckill:window:{v}  hash, begin/end in epoch milliseconds; "provisional" while the
+--         voucher's creation has not committed in MySQL
 -- KEYS[4] seckill:pending:{v} hash, user id -> reservation mark (see docs/reservations.md):
 --         "<acceptedMs>:<requestToken>[:<orderId>[:promised]]"
 -- ARGV[1] user id, ARGV[2] request token (identifies this reservation)
@@ -9,10 +10,10 @@
 -- 4 SOLD_OUT, 5 DUPLICATE_ORDER, 6 RESUMED (the user's reservation already carries
 -- an order id that no request has promised yet: this request takes it over).
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
-local window = redis.call('HMGET', KEYS[3], 'begin', 'end')
+local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
--- A missing or half-written voucher is "not found", never a script error.
-if not stock or not begin_ms or not end_ms then
+-- A missing, half-written or uncommitted voucher is "not found", never a script error.
+if not stock or not begin_ms or not end_ms or window[3] then
   return {1, 0, ''}
 end
 

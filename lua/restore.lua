@@ -15,6 +15,9 @@
 -- Returns {applied (0/1), old stock (-1 if missing), expected stock, buyers to add, buyers to remove}.
 local mode = ARGV[1]
 local old_stock = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if redis.call('HEXISTS', KEYS[3], 'provisional') == 1 then
+  old_stock = -1 -- preloaded by a creation that had not committed: not the gate's yet
+end
 if mode == 'missing' and old_stock >= 0 then
   return {0, old_stock, old_stock, 0, 0}
 end
@@ -70,6 +73,9 @@ for _, user in ipairs(remarked) do
   redis.call('HSET', KEYS[4], user, marks[user])
 end
 redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
+redis.call('HDEL', KEYS[3], 'provisional')
+redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', KEYS[3])
 -- In slices: Lua's unpack has a limit on the number of arguments.
 for i = 1, #to_add, 1000 do
   redis.call('SADD', KEYS[2], unpack(to_add, i, math.min(i + 999, #to_add)))

@@ -18,12 +18,15 @@ from seckill import keys, vouchers
 from seckill.db import Credentials, Database, connect
 from seckill.errors import BadRequest, SeckillError
 from seckill.gate import Gate
+from seckill.messages import OrderQueue
 from seckill.migrate import migrate
+from seckill.orders import place_order
 from seckill.recovery import rebuild
 from seckill.scripts import Scripts
 from seckill.timeutil import to_db, to_ms
 from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
 from tests.conftest import db_rows, load_event, new_user
+from tests.helpers import reconcile_voucher
 
 SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
 
@@ -209,6 +212,43 @@ def test_create_seckill_voucher_writes_both_tables_and_preloads_redis(
     }
     assert redis.hgetall(keys.window(voucher_id))["begin"] == "1903852800250"
     assert redis.exists(f"seckill:order:{{{voucher_id}}}", keys.pending(voucher_id)) == 0
+    # Committed, so final: no provisional mark, nothing set to expire.
+    assert (redis.ttl(keys.stock(voucher_id)), redis.ttl(keys.window(voucher_id))) == (-1, -1)
+
+
+def test_a_preload_whose_creation_never_committed_is_never_sold(
+    db: Database, redis: Any, gate: Gate, sqs: Any, queues: dict[str, str], created: list[int]
+) -> None:
+    """The function died (or its commit was lost) after the Redis preload and before
+    MySQL committed: before, that voucher stayed sellable forever, with every order
+    failing in MySQL. Now the gate does not know it, and its keys expire."""
+    voucher_id = secrets.randbelow(10**12) + 10**13  # MySQL has no such voucher
+    created.append(voucher_id)
+    now = datetime.now(UTC)
+    vouchers.preload(redis, voucher_id, 5, now - timedelta(minutes=1), now + timedelta(hours=1), provisional=True)
+    with pytest.raises(SeckillError) as refused:
+        place_order(gate, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=60)
+    assert (refused.value.status, refused.value.code) == (404, "VOUCHER_NOT_FOUND")
+    assert redis.get(keys.stock(voucher_id)) == "5"
+    assert 0 < redis.ttl(keys.stock(voucher_id)) <= vouchers.PROVISIONAL_TTL
+    assert 0 < redis.ttl(keys.window(voucher_id)) <= vouchers.PROVISIONAL_TTL
+
+
+def test_a_created_voucher_left_provisional_is_503_until_reconciliation_puts_it_on_sale(
+    db: Database, redis: Any, gate: Gate, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    """MySQL committed, then Redis could not be told the voucher is final."""
+    voucher_id = make_voucher(stock=2)
+    redis.hset(keys.window(voucher_id), "provisional", 1)
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    with pytest.raises(SeckillError) as refused:
+        place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
+    assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
+
+    result = reconcile_voucher(db, gate, queue, voucher_id)
+    assert result.rebuilt
+    assert not redis.hexists(keys.window(voucher_id), "provisional")
+    assert place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
 
 
 @pytest.fixture
@@ -403,3 +443,20 @@ def test_list_shows_the_database_stock_and_hides_withdrawn(
 
 def test_list_of_an_unknown_shop_is_empty(db: Database, shop_id: int) -> None:
     assert vouchers.list_vouchers(db, shop_id).vouchers == []
+
+
+def test_a_sale_that_ended_long_before_redis_lost_it_is_ended_not_not_found(
+    db: Database, redis: Any, gate: Gate, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    """Rebuilds only cover sales that ended within the last day; a press on an older one
+    found nothing in Redis and was told 404, as if the voucher never existed."""
+    now = datetime.now(UTC)
+    voucher_id = make_voucher(stock=2, begin=now - timedelta(days=3), end=now - timedelta(days=2))
+    redis.delete(*keys.voucher_keys(voucher_id))
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    with pytest.raises(SeckillError) as refused:
+        place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
+    assert (refused.value.status, refused.value.code) == (409, "ENDED")
+    with pytest.raises(SeckillError) as unknown:
+        place_order(gate, queue, db, voucher_id + 10**9, new_user(), status_ttl=60)
+    assert (unknown.value.status, unknown.value.code) == (404, "VOUCHER_NOT_FOUND")

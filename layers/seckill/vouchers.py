@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pymysql.cursors import DictCursor
+from redis.exceptions import RedisError
 
 from seckill import keys
 from seckill.db import Database
@@ -18,6 +19,9 @@ from seckill.errors import BadRequest, NotFound
 from seckill.timeutil import from_db, iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
+
+# How long the keys of a preload whose creation never committed linger.
+PROVISIONAL_TTL = 3600
 
 ORDINARY, SECKILL = 0, 1
 ON_SALE, WITHDRAWN = 1, 2  # tb_voucher.status
@@ -99,7 +103,11 @@ def create_voucher(db: Database, voucher: VoucherIn) -> int:
 
 def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) -> int:
     """Both tables in one transaction, with the Redis preload inside it: if Redis
-    refuses, nothing is committed; if the commit fails, the preload is undone."""
+    refuses, nothing is committed. The preload is provisional (the gate does not
+    sell it) until the commit has succeeded: a creation that dies before or during
+    its commit leaves nothing sellable, only keys that expire. If marking it final
+    fails after the commit, the voucher is created and reconciliation, which counts
+    a provisional voucher as missing, makes it sellable."""
     preloaded: int | None = None
 
     def insert_and_preload(cursor: DictCursor) -> int:
@@ -118,30 +126,50 @@ def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) 
         )
         alone = cursor.fetchone() is None
         # The last step of the transaction: a lost connection can only come before it.
-        preload(redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time)
+        preload(redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time, provisional=True)
         preloaded = voucher_id
         if alone:
             redis.set(keys.loaded(), 1)
         return voucher_id
 
     try:
-        return db.run(insert_and_preload)
+        voucher_id = db.run(insert_and_preload)
     except Exception:
         if preloaded is not None:
             unload(redis, preloaded)
         raise
+    try:
+        make_final(redis, voucher_id)
+    except RedisError:
+        log.warning("voucher %s created; reconciliation will put it on sale in Redis", voucher_id, exc_info=True)
+    return voucher_id
 
 
-def preload(redis: Any, voucher_id: int, stock: int, begin: datetime, end: datetime) -> None:
+def preload(
+    redis: Any, voucher_id: int, stock: int, begin: datetime, end: datetime, *, provisional: bool = False
+) -> None:
     """Write the gate's view of a fresh voucher in one MULTI (one slot, thanks to the hash tag).
 
     Buyers and pending marks are reset: an id reused after a database was
-    recreated must not inherit an old sale's buyers.
+    recreated must not inherit an old sale's buyers. A ``provisional`` preload is
+    not sold by the gate and expires unless ``make_final`` follows.
     """
+    window: dict[str, int] = {"begin": to_ms(begin), "end": to_ms(end)}
     with redis.pipeline(transaction=True) as pipe:
         pipe.delete(keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id))
-        pipe.set(keys.stock(voucher_id), stock)
-        pipe.hset(keys.window(voucher_id), mapping={"begin": to_ms(begin), "end": to_ms(end)})
+        pipe.set(keys.stock(voucher_id), stock, ex=PROVISIONAL_TTL if provisional else None)
+        pipe.hset(keys.window(voucher_id), mapping={**window, "provisional": 1} if provisional else window)
+        if provisional:
+            pipe.expire(keys.window(voucher_id), PROVISIONAL_TTL)
+        pipe.execute()
+
+
+def make_final(redis: Any, voucher_id: int) -> None:
+    """The voucher's creation has committed: the gate may sell it."""
+    with redis.pipeline(transaction=True) as pipe:
+        pipe.hdel(keys.window(voucher_id), "provisional")
+        pipe.persist(keys.stock(voucher_id))
+        pipe.persist(keys.window(voucher_id))
         pipe.execute()
 
 
