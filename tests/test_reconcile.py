@@ -22,7 +22,8 @@ from seckill.gate import Gate
 from seckill.ids import SEQUENCE_MASK, day_key, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
-from seckill.recovery import read_dead_letters, rebuild, restore, restore_order_counter
+from seckill.reconcile import reconcile
+from seckill.recovery import read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
 from seckill.scripts import Scripts
 from tests.conftest import db_rows, drain, new_user
 from tests.helpers import HINT_TTL, accept, reconcile_voucher
@@ -443,3 +444,27 @@ def test_dead_lettered_orders_are_read_without_being_consumed(sqs: Any, queues: 
         None,
         "ORDER_DLQ_URL is not set, so the orders in the dead-letter queue cannot be counted",
     )
+
+
+def test_one_rebuild_at_a_time(gate: Gate, db: Database, redis: Any, queue: OrderQueue, make_voucher: Callable) -> None:
+    """Reading the DLQ hides its messages from other readers for a while: a rebuild that
+    finds another one running defers instead of reading half of it."""
+    voucher_id = make_voucher(stock=3)
+    lose_redis_state(redis, voucher_id)
+    read: list[bool] = []
+
+    def letters() -> list[OrderMessage]:
+        read.append(True)
+        return []
+
+    try:
+        with rebuilding(redis, wait=0) as first:
+            assert first
+            result = reconcile(
+                db, gate, queue, drained=True, dead_letters=letters, hint_ttl=HINT_TTL, voucher_ids=[voucher_id]
+            ).vouchers[0]
+            assert result.rebuild_deferred
+            assert read == []
+        assert reconcile_voucher(db, gate, queue, voucher_id).rebuilt
+    finally:
+        redis.set(keys.loaded(), 1)

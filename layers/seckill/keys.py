@@ -31,6 +31,11 @@ def loaded() -> str:
     return "seckill:loaded"
 
 
+def rebuild_lock() -> str:
+    """Held while the vouchers Redis lost are rebuilt: one rebuild at a time."""
+    return "seckill:rebuild-lock"
+
+
 def order_status(order_id: int) -> str:
     """Looked up by order id alone: a hint for the status route, never needed for correctness."""
     return f"seckill:order-status:{order_id}"

@@ -86,7 +86,7 @@ def wait_drained(sqs: Any, queue_url: str, timeout: float, poll: float = 0.5) ->
     return True
 
 
-def dead_lettered_orders(sqs: Any, dlq_url: str, *, hold_seconds: int = 30) -> tuple[list[OrderMessage], bool]:
+def dead_lettered_orders(sqs: Any, dlq_url: str, *, hold_seconds: int = 10) -> tuple[list[OrderMessage], bool]:
     """The orders waiting in the dead-letter queue, read without consuming them, and
     whether that is all of them (False when some are in flight, e.g. a replay is running).
 

@@ -24,6 +24,7 @@ Safe at any time, alongside live traffic, and any number of times in a row:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from seckill.recovery import (
     Restored,
     read_dead_letters,
     rebuild_voucher,
+    rebuilding,
     restore,
     restore_order_counter,
     voucher_ids_on_sale,
@@ -181,24 +183,29 @@ def reconcile(
         restore_order_counter(db, scripts)  # Redis lost its data: the id counter too
     letters: list[list[OrderMessage] | None] = []  # read once, when first needed
     results = []
-    for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
-        result = VoucherReconciled(voucher_id)
-        state = restore(db, gate.redis, scripts, voucher_id, "check")
-        if state is None:
-            continue  # not a seckill voucher MySQL knows
-        results.append(result)
-        if state.redis_stock is None:
-            if drained and not letters:
-                letters.append(dead_letters())
-            if not drained or letters[0] is None:
-                result.rebuild_deferred = True
-                continue
-            rebuilt = rebuild_voucher(db, gate.redis, scripts, voucher_id, "missing", letters[0], hint_ttl)
-            result.rebuilt = bool(rebuilt and rebuilt.applied)
-        resolve_pending(db, gate, queue, voucher_id, older_than_ms, result)
-        mode = "repair" if drained and repair else "check"
-        result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
-        result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
+    with contextlib.ExitStack() as held:
+        for voucher_id in (
+            voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN)
+        ):
+            result = VoucherReconciled(voucher_id)
+            state = restore(db, gate.redis, scripts, voucher_id, "check")
+            if state is None:
+                continue  # not a seckill voucher MySQL knows
+            results.append(result)
+            if state.redis_stock is None:
+                if drained and not letters:
+                    # Another rebuild running (recovery, an overlapping pass) has it in hand.
+                    alone = held.enter_context(rebuilding(gate.redis, wait=0))
+                    letters.append(dead_letters() if alone else None)
+                if not drained or letters[0] is None:
+                    result.rebuild_deferred = True
+                    continue
+                rebuilt = rebuild_voucher(db, gate.redis, scripts, voucher_id, "missing", letters[0], hint_ttl)
+                result.rebuilt = bool(rebuilt and rebuilt.applied)
+            resolve_pending(db, gate, queue, voucher_id, older_than_ms, result)
+            mode = "repair" if drained and repair else "check"
+            result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
+            result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     if voucher_ids is None and not any(r.rebuild_deferred for r in results):
         gate.redis.set(keys.loaded(), 1)  # every voucher on sale is in Redis now
     return Reconciled(drained, results)

@@ -19,14 +19,18 @@ keeps answering 503 TRY_AGAIN, never a false "not found".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pymysql.cursors import DictCursor
+from redis.exceptions import LockError
 
 from seckill import keys
 from seckill.clients import redis_client, sqs_client
@@ -182,14 +186,35 @@ def rebuild(
     return [r for r in results if r is not None]
 
 
-def read_dead_letters(sqs: Any, dlq_url: str) -> tuple[list[OrderMessage] | None, str]:
+REBUILD_LOCK_SECONDS = 120
+
+
+@contextmanager
+def rebuilding(redis: Any, *, wait: float) -> Iterator[bool]:
+    """One rebuild at a time: reading the dead-letter queue hides its messages from
+    every other reader for a few seconds, so two rebuilds at once would each see
+    part of it and both defer. Yields whether this one may go ahead."""
+    lock = redis.lock(keys.rebuild_lock(), timeout=REBUILD_LOCK_SECONDS, blocking_timeout=wait)
+    acquired = bool(lock.acquire(blocking=wait > 0))
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with contextlib.suppress(LockError):
+                lock.release()  # it may have expired: the rebuild is done either way
+
+
+def read_dead_letters(sqs: Any, dlq_url: str, *, attempts: int = 3) -> tuple[list[OrderMessage] | None, str]:
     """Every order waiting in the dead-letter queue, or None and why not."""
     if not dlq_url:
         return None, "ORDER_DLQ_URL is not set, so the orders in the dead-letter queue cannot be counted"
-    orders, complete = dead_lettered_orders(sqs, dlq_url)
-    if not complete:
-        return None, "some dead-lettered messages are in flight (is a replay running?)"
-    return orders, ""
+    for attempt in range(attempts):
+        orders, complete = dead_lettered_orders(sqs, dlq_url)
+        if complete:
+            return orders, ""
+        # Another reader (a replay, a concurrent reconciliation) holds some for a few seconds.
+        time.sleep(2 * (attempt + 1))
+    return None, "some dead-lettered messages are in flight (is a replay running?)"
 
 
 @dataclass(frozen=True)
@@ -207,10 +232,13 @@ def recover(
     if not wait_drained(sqs, settings.order_queue_url, wait):
         depth = queue_depth(sqs, settings.order_queue_url)
         return Recovery([], 0, f"{depth} orders are still on the order queue")
-    letters, why = read_dead_letters(sqs, settings.order_dlq_url)
-    if letters is None:
-        return Recovery([], 0, why)
-    rebuilt = rebuild(db, redis, scripts, dead_letters=letters, hint_ttl=settings.status_ttl_seconds, force=force)
+    with rebuilding(redis, wait=wait) as alone:
+        if not alone:
+            return Recovery([], 0, "another rebuild is running")
+        letters, why = read_dead_letters(sqs, settings.order_dlq_url)
+        if letters is None:
+            return Recovery([], 0, why)
+        rebuilt = rebuild(db, redis, scripts, dead_letters=letters, hint_ttl=settings.status_ttl_seconds, force=force)
     return Recovery(rebuilt, len(letters))
 
 
