@@ -197,11 +197,8 @@ def render(report: Report, console: Console | None = None) -> None:
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(report.failed_reasons.items()))
     table.add_row("orders in MySQL: failed", f"{report.failed:,}" + (f" ({reasons})" if reasons else ""))
     rec = report.reconciliation
-    table.add_row(
-        "reconciliation",
-        f"re-queued {rec.get('requeued', 0)}, failed {rec.get('failed', 0)}, released {rec.get('released', 0)}, "
-        f"repaired {rec.get('repaired', 0)}",
-    )
+    table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
+    table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
     table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
     table.add_row("Redis stock / MySQL stock", f"{report.redis_stock} / {report.mysql_stock}")
     table.add_row("throughput", f"{report.throughput_rps:,.0f} req/s over {report.wall_seconds:.2f} s")
