@@ -1,4 +1,4 @@
-"""SeckillApiFunction through the ``events/`` files (SPEC §3), against real Redis,
+"""SeckillApiFunction through the ``events/`` files (docs/contract.md), against real Redis,
 MariaDB and a moto SQS server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ids from the outside (``parse_id``) and the order-id generator (SPEC §4)."""
+"""Ids from the outside (``parse_id``) and the order-id generator (docs/contract.md)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def delete_queues_with_prefix(sqs: Any, prefix: str) -> None:
 
 
 def test_template_functions_and_their_handlers_exist(template: Template) -> None:
-    # The three of SPEC §2 (the template may hold more, e.g. scheduled jobs).
+    # The three of the contract (the template may hold more, e.g. scheduled jobs).
     assert {"SeckillApiFunction", "OrderPersisterFunction", "AuthorizerFunction"} <= set(template.functions)
     for fn in template.functions.values():
         module, _, attr = fn.handler.rpartition(".")
@@ -102,7 +102,7 @@ def test_template_authorizer_queues_and_event_source(template: Template) -> None
     redrive = template.resource("OrderQueue")["Properties"]["RedrivePolicy"]
     assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["OrderDeadLetterQueue", "Arn"]}
     assert int(redrive["maxReceiveCount"]) >= 5
-    # SPEC §8: visibility at least six times the persister's timeout.
+    # Visibility at least six times the persister's timeout (AWS's advice for SQS event sources).
     visibility = int(template.resource("OrderQueue")["Properties"]["VisibilityTimeout"])
     assert visibility >= 6 * template.functions["OrderPersisterFunction"].timeout
     (source,) = template.functions["OrderPersisterFunction"].sqs_events

@@ -1,4 +1,4 @@
-"""``persist_order`` against the real MariaDB and Redis: every row of SPEC §5's table,
+"""``persist_order`` against the real MariaDB and Redis: every persister outcome (docs/contract.md),
 and the order message's parsing."""
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
         try:
             decisions.append(persist_order(db, gate, message))
         except pymysql.err.OperationalError as exc:
-            # Waiters on a rolled-back duplicate insert may deadlock: SPEC §5 says SQS retries those.
+            # Waiters on a rolled-back duplicate insert may deadlock: the contract has SQS retry those.
             deadlocks.append(exc)
 
     workers = [threading.Thread(target=deliver) for _ in range(4)]

@@ -1,5 +1,5 @@
 """OrderPersisterFunction through events/order_persister_batch.json-shaped events:
-every row of SPEC §5's table, partial batch failures, redelivery."""
+every persister outcome (docs/contract.md), partial batch failures, redelivery."""
 
 from __future__ import annotations
 

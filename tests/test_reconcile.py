@@ -1,6 +1,6 @@
 """Reconciliation and recovery from Redis loss, against real Redis, MariaDB and moto SQS.
 
-Each test names the defect of the seeds (SPEC §6) it covers.
+Tests that answer a defect of the original design say which (docs/defects.md).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
 def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
     db: Database, gate: Gate, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
-    """Seeds' defect: orders lost (between the gate and the queue). The client holds
+    """Original design's defect: orders lost (between the gate and the queue). The client holds
     a 202 (the send was in doubt) but the message never reached the queue."""
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, voucher_id)
@@ -111,7 +111,7 @@ def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
 def test_crash_before_the_order_id_is_released_and_no_stock_leaks(
     gate: Gate, redis: Any, db: Database, run: Callable[..., Any], make_voucher: Callable, sqs: Any, queue: OrderQueue
 ) -> None:
-    """Seeds' defect: Redis deducted, nothing queued (the user got no 202)."""
+    """Original design's defect: Redis deducted, nothing queued (the user got no 202)."""
     voucher_id = make_voucher(stock=2)
     reservation, _ = win(gate, voucher_id, attach=False)
     assert redis.get(keys.stock(voucher_id)) == "1"
@@ -165,7 +165,7 @@ def redis_unreachable() -> Any:
 def test_drift_is_repaired_only_once_the_queue_is_drained(
     gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
-    """Seeds' defect: Redis/DB double-write drift."""
+    """Original design's defect: Redis/DB double-write drift."""
     voucher_id = make_voucher(stock=5)
     reservation, _ = win(gate, voucher_id)
     persist_order(db, gate, reservation)

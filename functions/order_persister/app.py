@@ -1,4 +1,4 @@
-"""OrderPersisterFunction: OrderQueue's consumer (SPEC §5).
+"""OrderPersisterFunction: OrderQueue's consumer (docs/contract.md).
 
 Each record is decided on its own; failures are reported per record
 (``batchItemFailures``) so SQS retries only those, and after maxReceiveCount

@@ -1,4 +1,4 @@
-"""SeckillApiFunction: every HTTP route of the service (SPEC §3).
+"""SeckillApiFunction: every HTTP route of the service (docs/contract.md).
 
 Thin by design: Powertools wiring and module-level clients here, the rules in
 the ``seckill`` package.

@@ -1,4 +1,4 @@
-"""Configuration, read once from the environment (SPEC §7)."""
+"""Configuration, read once from the environment (the variables: README, Configuration)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Identifiers: validation of ids from the outside, and the order-id generator.
 
-Order ids follow the seeds' ``RedisIdWorker``: 31 bits of seconds since
+Order ids follow hm-dianping's ``RedisIdWorker``: 31 bits of seconds since
 2022-01-01T00:00:00Z, shifted left 32 bits, OR a per-day Redis counter.
 """
 

@@ -1,4 +1,4 @@
-"""The order message on OrderQueue (SPEC §5) and the queue it travels on."""
+"""The order message on OrderQueue (docs/contract.md) and the queue it travels on."""
 
 from __future__ import annotations
 

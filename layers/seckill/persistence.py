@@ -1,4 +1,4 @@
-"""Writing an accepted order to MySQL: the SPEC §5 table, one transaction per order."""
+"""Writing an accepted order to MySQL, one transaction per order (the outcomes: docs/contract.md)."""
 
 from __future__ import annotations
 

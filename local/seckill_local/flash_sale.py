@@ -7,7 +7,7 @@ drains the queue, replays the dead-letter queue, reconciles, re-delivers every
 order once more, asks the status route about every order id it was given, and
 reports. ``--chaos`` injects faults all along (see ``seckill_local.chaos``).
 
-Exit status: 0 every invariant of SPEC §6 holds; 1 one does not (or the run
+Exit status: 0 every invariant (docs/invariants.md) holds; 1 one does not (or the run
 could not complete); 2 a local service is missing or an option is invalid.
 """
 

@@ -1,6 +1,6 @@
 """``seckill-tokens``: mint login tokens for local runs and load tests.
 
-As the seeds' CreateTokensTest did for JMeter: N users get a token each in
+As hm-dianping's load tests did for JMeter: N users get a token each in
 Redis (``login:token:<token>``), and the tokens go to a file, one per line.
 """
 

@@ -1,8 +1,9 @@
-"""One test per failure row of SPEC §5 and per seed defect of SPEC §6's closing paragraph.
+"""One test per defect of the original design (docs/defects.md, D1-D8) and per
+persister outcome (docs/contract.md).
 
-Each docstring quotes the defect (from section 5 of seeds/000_70a58bad50d58c69.txt,
-translated) or the SPEC row; each body runs the real path: Lua on a real Redis,
-MariaDB, the Lambda handlers, and the queues' own redrive on a moto SQS server.
+Each docstring names the defect or the outcome; each body runs the real path: Lua
+on a real Redis, MariaDB, the Lambda handlers, and the queues' own redrive on a
+moto SQS server.
 """
 
 from __future__ import annotations
@@ -114,13 +115,12 @@ def status_hints(redis: Any) -> Iterator[list[str]]:
         redis.delete(keys.order_status(int(order_id)))
 
 
-# --- SPEC §6: the seeds' defects -----------------------------------------------------------------
+# --- the original design's defects -----------------------------------------------------------------
 
 
-def test_seed_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, make_voucher: Callable) -> None:
-    """Seeds 5.1(1): "seckill.lua cannot run: `<= 0` was written inside the redis.call comparison,
-    so a string is compared with a number and Lua raises an error; and `incyby` is a misspelling of
-    `incrby`, so even with the first fix the stock cannot be deducted."
+def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, make_voucher: Callable) -> None:
+    """D1: the original gate script could not run (a string compared with a number, a
+    misspelled command).
 
     Every script of lua/ is EVAL'd from its source on a real Redis with valid keys, and answers."""
     voucher_id = make_voucher(stock=2)
@@ -159,11 +159,10 @@ def test_seed_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, 
 
 
 @pytest.mark.parametrize("missing", [keys.stock, keys.window, None], ids=["stock key", "window key", "whole voucher"])
-def test_seed_missing_stock_key_is_voucher_not_found_not_a_lua_error(
+def test_defect_missing_stock_key_is_voucher_not_found_not_a_lua_error(
     gate: Gate, redis: Any, make_voucher: Callable, missing: Callable[[int], str] | None
 ) -> None:
-    """Seeds 2.2: "if this key does not exist (Redis was flushed, or the voucher was added before
-    this code), the Lua stock check must handle nil, or it raises an error." """
+    """D2: a missing stock key made the original script fail on nil."""
     if missing is None:
         voucher_id = random.randint(10**15, 10**16)  # never created
     else:
@@ -180,12 +179,11 @@ def test_seed_missing_stock_key_is_voucher_not_found_not_a_lua_error(
 @pytest.mark.parametrize(
     ("begin_s", "end_s", "code"), [(60, 3600, "NOT_STARTED"), (-3600, -60, "ENDED")], ids=["before", "after"]
 )
-def test_seed_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
+def test_defect_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
     gate: Gate, redis: Any, make_voucher: Callable, begin_s: int, end_s: int, code: str
 ) -> None:
-    """Seeds 5.1(2): "the time-window check is lost: the new implementation only runs the Lua
-    script and never reads begin_time / end_time, so the voucher can still be grabbed before the
-    sale starts or after it ends."
+    """D3: the original optimized path never checked the sale window, so a voucher could be
+    bought before the sale began or after it ended.
 
     MySQL and this process's clock say the sale is open; only the window the script reads,
     set by the Redis server's clock, says otherwise, and the script refuses."""
@@ -201,12 +199,11 @@ def test_seed_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
     assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
 
 
-def test_seed_consumer_dying_on_first_exception_fails_only_that_record(
+def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
 ) -> None:
-    """Seeds 5.1(3): "the consumer only catches InterruptedException: a RedisConnectionException,
-    a database exception or a NullPointerException escapes run(), the consume loop ends, and the
-    queue only fills, never drains."
+    """D4: the original consumer stopped for good at its first unexpected exception, and
+    its queue then only grew.
 
     A bad record in a batch is reported alone in batchItemFailures; the good records of that
     batch are confirmed, and a later batch is still processed."""
@@ -225,12 +222,11 @@ def test_seed_consumer_dying_on_first_exception_fails_only_that_record(
     assert db_stock(db, voucher_id) == 2
 
 
-def test_seed_send_failing_after_redis_deducted_releases_and_answers_503(
+def test_defect_send_failing_after_redis_deducted_releases_and_answers_503(
     api: Api, handlers: dict[str, Handler], sqs: Any, queue_url: str, redis: Any, make_voucher: Callable
 ) -> None:
-    """Seeds 5.1(5): "when the queue is full, Redis has already deducted: ArrayBlockingQueue.add
-    throws after Lua deducted the stock and added the user to the set; the order is not queued,
-    the request answers 'server error', and the stock and the user's place are wasted." """
+    """D5: when the original in-process queue was full, the order was not queued although
+    Redis had already taken the unit and recorded the user: both were wasted."""
     voucher_id = make_voucher(stock=3)
     user_id = new_user()
     missing = queue_url.rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
@@ -244,12 +240,11 @@ def test_seed_send_failing_after_redis_deducted_releases_and_answers_503(
     assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
 
 
-def test_seed_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
+def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """Seeds 5.1(6): "a process crash loses orders: the in-memory queue is not persistent, so
-    the orders not yet processed are lost, while Redis has already deducted the stock and recorded
-    the user and the database has no order: the user cannot order again, the stock is one short."
+    """D6: in the original, a crash lost the queued orders while Redis kept their units and
+    users: the user could not buy again and the stock stayed short.
 
     The function died after attaching the order id, before the send and before any 202:
     reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
@@ -266,11 +261,10 @@ def test_seed_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     gate.reserve(voucher_id, message.user_id, uuid.uuid4().hex)  # the user may order again
 
 
-def test_seed_crash_between_gate_and_send_without_an_order_id_is_released(
+def test_defect_crash_between_gate_and_send_without_an_order_id_is_released(
     sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """Seeds 5.1(6): "a process crash loses orders ... Redis has already deducted the stock and
-    recorded the user, the database has no order: the user cannot order again, the stock is one short."
+    """D6, earlier: the crash came before the order id was made.
 
     The function died before the order id was made (no 202 was answered): reconciliation releases it."""
     voucher_id = make_voucher(stock=3)
@@ -287,12 +281,11 @@ def test_seed_crash_between_gate_and_send_without_an_order_id_is_released(
     gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # the user may try again
 
 
-def test_seed_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained(
+def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """Seeds 5.1(7): "Redis and the database are double-written: the two deductions are not one
-    transaction (Redis deducted, the database failed or the process crashed: Redis stock one short),
-    and there is no compensation mechanism at all." """
+    """D7: the original wrote Redis and MySQL separately and never compensated a failure
+    between the two, so they stayed apart."""
     voucher_id = make_voucher(stock=5)
     message = accept(gate, voucher_id)
     queue = OrderQueue(sqs, queue_url)
@@ -316,7 +309,7 @@ def test_seed_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained
 
 
 @pytest.mark.parametrize(("stock_in_db", "status", "reason"), [(None, "CONFIRMED", None), (0, "FAILED", "SOLD_OUT")])
-def test_seed_success_before_persisted_is_202_then_the_status_route(
+def test_defect_success_before_persisted_is_202_then_the_status_route(
     api: Api,
     poll: Poll,
     order_queue: str,
@@ -327,9 +320,8 @@ def test_seed_success_before_persisted_is_202_then_the_status_route(
     status: str,
     reason: str | None,
 ) -> None:
-    """Seeds 5.1(8): "the order id is returned before the order is persisted: Result.ok(orderId)
-    returns right after enqueueing; a user who asks at once may not find the order, and if
-    persisting fails later the front end already holds a 'successful' order id."
+    """D8: the original answered success with the order id before the order was stored,
+    and a later failure left the client holding a "successful" order.
 
     The API answers 202 (accepted, not done); the status route says PENDING until the persister
     has decided, then CONFIRMED, or FAILED with its reason."""
@@ -350,13 +342,13 @@ def test_seed_success_before_persisted_is_202_then_the_status_route(
     assert (data["orderId"], data["status"], data["reason"]) == (order_id, status, reason)
 
 
-# --- SPEC §5: what the database finds ------------------------------------------------------------
+# --- the persister's outcomes: what the database finds ------------------------------------------------------------
 
 
 def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """SPEC §5: "order inserted, stock decremented | CONFIRMED; the pending mark in Redis is cleared" """
+    """Outcome "order inserted, stock decremented | CONFIRMED; the pending mark in Redis is cleared" """
     voucher_id = make_voucher(stock=5)
     message = accept(gate, voucher_id)
     assert redis.hexists(keys.pending(voucher_id), str(message.user_id))
@@ -372,7 +364,7 @@ def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
 def test_row_same_order_id_again_is_success_and_changes_nothing(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
 ) -> None:
-    """SPEC §5: "the same order id already stored (redelivery, replay) | success, nothing changes" """
+    """Outcome "the same order id already stored (redelivery, replay) | success, nothing changes" """
     voucher_id = make_voucher(stock=5)
     message = accept(gate, voucher_id)
     send(sqs, queue_url, message.to_json())
@@ -390,7 +382,7 @@ def test_row_same_order_id_again_is_success_and_changes_nothing(
 def test_row_same_user_other_order_is_failed_duplicate_recorded_not_retried(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """SPEC §5: "this user already has another order for the voucher | FAILED `DUPLICATE_ORDER`,
+    """Outcome "this user already has another order for the voucher | FAILED `DUPLICATE_ORDER`,
     recorded, not retried" """
     voucher_id = make_voucher(stock=5)
     first = accept(gate, voucher_id)
@@ -412,7 +404,7 @@ def test_row_same_user_other_order_is_failed_duplicate_recorded_not_retried(
 def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
-    """SPEC §5: "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
+    """Outcome "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
     voucher_id = make_voucher(stock=5)
     message = accept(gate, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
@@ -431,7 +423,7 @@ def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
 def test_row_malformed_message_is_a_batch_item_failure_and_reaches_the_dlq(
     sqs: Any, queues: dict[str, str], poll: Poll
 ) -> None:
-    """SPEC §5: "malformed message | reported as a batch item failure; reaches the DLQ" """
+    """Outcome "malformed message | reported as a batch item failure; reaches the DLQ" """
     queue, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
     policy = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
     send(sqs, queue, MALFORMED)
@@ -455,7 +447,7 @@ def test_row_database_unreachable_is_a_batch_item_failure_then_retried_by_sqs(
     redis: Any,
     make_voucher: Callable,
 ) -> None:
-    """SPEC §5: "database unreachable, deadlock, timeout | batch item failure: SQS retries, then the DLQ"
+    """Outcome "database unreachable, deadlock, timeout | batch item failure: SQS retries, then the DLQ"
 
     (How a failure that outlives maxReceiveCount reaches the DLQ is the malformed row's test.)"""
     voucher_id = make_voucher(stock=5)
