@@ -3,11 +3,10 @@
 -- ARGV[1] user id, ARGV[2] request token, ARGV[3] order id
 -- Returns 1 when attached (or already attached to this id), 0 when the reservation
 -- is gone, 2 when another request of the same user has taken it over.
-local mark = redis.call('HGET', KEYS[1], ARGV[1])
-if not mark then
+local accepted, token, order_id = parse_mark(redis.call('HGET', KEYS[1], ARGV[1]))
+if not accepted then
   return 0
 end
-local accepted, token, order_id = string.match(mark, '^(%d+):([^:]+):?(%d*)')
 if token ~= ARGV[2] then
   return 2
 end

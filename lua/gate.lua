@@ -21,14 +21,13 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local mark = redis.call('HGET', KEYS[4], ARGV[1])
-if mark then
-  local accepted, token, order_id, state = string.match(mark, '^(%d+):([^:]+):?(%d*):?(%a*)$')
+local accepted, token, order_id, promised = parse_mark(redis.call('HGET', KEYS[4], ARGV[1]))
+if accepted then
   if token == ARGV[2] then
     -- A retry of this very request (its reply was lost on the way): the same answer.
     return {0, tonumber(accepted), order_id}
   end
-  if state ~= 'promised' then
+  if not promised then
     -- No client was told 202 for this reservation: the request that made it gave up
     -- (its reply was lost, it answered 503) or is still running. The user's new
     -- press takes it over, so a retry succeeds at once instead of waiting for

@@ -6,15 +6,11 @@
 -- ARGV[1] user id, ARGV[2] order id
 -- Returns 1 when the mark carries this order (now promised), 0 when it does not
 -- (already decided and cleared by the persister, or gone).
-local mark = redis.call('HGET', KEYS[1], ARGV[1])
-if not mark then
+local accepted, token, order_id, promised = parse_mark(redis.call('HGET', KEYS[1], ARGV[1]))
+if not accepted or order_id ~= ARGV[2] then
   return 0
 end
-local head, order_id, state = string.match(mark, '^(%d+:[^:]+):(%d+):?(%a*)$')
-if order_id ~= ARGV[2] then
-  return 0
-end
-if state ~= 'promised' then
-  redis.call('HSET', KEYS[1], ARGV[1], head .. ':' .. order_id .. ':promised')
+if not promised then
+  redis.call('HSET', KEYS[1], ARGV[1], accepted .. ':' .. token .. ':' .. order_id .. ':promised')
 end
 return 1

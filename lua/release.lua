@@ -3,12 +3,8 @@
 -- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:pending:{v}
 -- ARGV[1] user id, ARGV[2] request token
 -- Returns 1 when released, 0 when there was nothing of this request's to release.
-local value = redis.call('HGET', KEYS[3], ARGV[1])
-if not value then
-  return 0
-end
-local _, token = string.match(value, '^(%d+):([^:]+)')
-if token ~= ARGV[2] then
+local accepted, token = parse_mark(redis.call('HGET', KEYS[3], ARGV[1]))
+if not accepted or token ~= ARGV[2] then
   return 0
 end
 redis.call('HDEL', KEYS[3], ARGV[1])

@@ -45,7 +45,7 @@ for _, order in ipairs(cjson.decode(ARGV[7] or '[]')) do
 end
 local outstanding = 0
 for user, mark in pairs(marks) do
-  local order_id = string.match(mark, '^%d+:[^:]+:(%d+)')
+  local _, _, order_id = parse_mark(mark)
   if not (order_id and decided[order_id]) then
     outstanding = outstanding + 1
     expected[user] = true

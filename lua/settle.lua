@@ -3,12 +3,8 @@
 -- KEYS[1] seckill:pending:{v}
 -- ARGV[1] user id, ARGV[2] order id
 -- Returns 1 when cleared, 0 otherwise.
-local mark = redis.call('HGET', KEYS[1], ARGV[1])
-if not mark then
-  return 0
-end
-local order_id = string.match(mark, '^%d+:[^:]+:(%d+)')
-if order_id ~= ARGV[2] then
+local accepted, _, order_id = parse_mark(redis.call('HGET', KEYS[1], ARGV[1]))
+if not accepted or order_id ~= ARGV[2] then
   return 0
 end
 redis.call('HDEL', KEYS[1], ARGV[1])

@@ -21,8 +21,8 @@ from redis.crc import key_slot
 
 from seckill import keys
 from seckill.errors import Conflict, NotFound, SeckillError
-from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Reservation
-from seckill.scripts import Scripts
+from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
+from seckill.scripts import Scripts, lua_dir
 from tests.conftest import new_user
 
 HOUR_MS = 3_600_000
@@ -648,3 +648,32 @@ def test_scripts_are_reloaded_after_script_flush(gate: Gate, v: Vouchers, redis:
     redis.script_flush()
     assert gate.release(reservation) is False
     assert v.stock(voucher_id) == 1
+
+
+# --- one mark format, one parser per language -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1700000000000:tok",
+        "1700000000000:tok:1234567890123456789",
+        "1700000000000:tok:1234567890123456789:promised",
+        "1:dlq:42:promised",
+        "1700000000000:tok:123:sent",
+        "1700000000000:tok:",
+        "x:tok",
+        "1700000000000",
+        "",
+    ],
+)
+def test_the_lua_and_python_parsers_of_a_mark_agree(redis: Any, value: str) -> None:
+    library = (lua_dir() / "lib" / "mark.lua").read_text(encoding="utf-8")
+    parsed = redis.eval(library + "return {parse_mark(ARGV[1])}", 0, value)
+    mark = Mark.parse(value)
+    if mark is None:
+        assert parsed == []
+    else:
+        # Lua returns true as 1 and drops a trailing false (nil-terminated table).
+        lua = (int(parsed[0]), parsed[1], int(parsed[2]) if parsed[2] else None, len(parsed) > 3 and parsed[3] == 1)
+        assert lua == (mark.accepted_ms, mark.token, mark.order_id, mark.promised)

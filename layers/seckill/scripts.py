@@ -1,8 +1,8 @@
 """The Lua scripts of ``lua/``, registered on a Redis client.
 
 Scripts run by EVALSHA and are reloaded automatically when Redis has lost them
-(``register_script``). The build ships ``lua/`` inside the package
-(``seckill/lua``); a source checkout reads the repository's ``lua/``.
+(``register_script``). The build ships ``lua/`` (and ``lua/lib/``) inside the
+package (``seckill/lua``); a source checkout reads the repository's ``lua/``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ def lua_dir() -> Path:
 
 
 def read_script(name: str) -> str:
-    return (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+    """A script as Redis runs it: the shared helpers of ``lua/lib/`` (one parser of the
+    reservation mark), then the script itself."""
+    library = "".join(path.read_text(encoding="utf-8") for path in sorted((lua_dir() / "lib").glob("*.lua")))
+    return library + (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,22 @@
+-- Prepended to every script that reads reservation marks (seckill.scripts).
+-- A mark (docs/reservations.md): "<acceptedMs>:<requestToken>[:<orderId>[:promised]]".
+-- Returns accepted, token, order id ('' when none) and whether promised; nil for
+-- a missing mark (HGET's false) or anything else.
+local function parse_mark(mark)
+  if not mark then
+    return nil
+  end
+  local accepted, token, rest = string.match(mark, '^(%d+):([^:]+)(.*)$')
+  if not accepted then
+    return nil
+  end
+  if rest == '' then
+    return accepted, token, '', false
+  end
+  local order_id, state = string.match(rest, '^:(%d+)(.*)$')
+  if not order_id or (state ~= '' and state ~= ':promised') then
+    return nil
+  end
+  return accepted, token, order_id, state == ':promised'
+end
+
