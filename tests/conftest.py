@@ -102,7 +102,7 @@ def no_voucher_keys_left(creds: Credentials, redis: Any) -> Iterator[None]:
         voucher_ids = [int(row["voucher_id"]) for row in cursor.fetchall()]
     conn.close()
     for voucher_id in voucher_ids:
-        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 @pytest.fixture(scope="session")
@@ -238,7 +238,7 @@ def make_voucher(db: Database, redis: Any) -> Iterator[Callable[..., int]]:
 
     yield make
     for voucher_id in made:
-        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:

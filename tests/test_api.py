@@ -128,7 +128,7 @@ def created_vouchers(redis: Any) -> Iterator[list[int]]:
     made: list[int] = []
     yield made
     for voucher_id in made:
-        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 @pytest.fixture

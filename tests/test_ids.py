@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from seckill import keys
 from seckill.errors import BadRequest
-from seckill.ids import BEGIN_EPOCH, day_key, next_order_id, order_id_time, parse_id
+from seckill.ids import BEGIN_EPOCH, next_order_id, order_id_time, parse_id
 
 MAX_ID = 2**63 - 1
 
@@ -89,11 +90,11 @@ def fixed_day(redis: Any) -> Iterator[datetime]:
     """
     day = datetime(2030, 1, 1, tzinfo=UTC) + timedelta(days=secrets.randbelow(365 * 40))
     yield day
-    redis.delete(day_key(day), day_key(day + timedelta(days=1)))
+    redis.delete(keys.order_counter(day), keys.order_counter(day + timedelta(days=1)))
 
 
-def test_day_key_is_the_utc_day() -> None:
-    assert day_key(datetime(2024, 3, 5, 23, 59, 59, tzinfo=UTC)) == "icr:order:2024:03:05"
+def test_the_order_counter_is_per_utc_day() -> None:
+    assert keys.order_counter(datetime(2024, 3, 5, 23, 59, 59, tzinfo=UTC)) == "icr:order:2024:03:05"
 
 
 def test_order_id_layout(redis: Any, fixed_day: datetime) -> None:
@@ -113,8 +114,8 @@ def test_counter_is_per_utc_day(redis: Any, fixed_day: datetime) -> None:
     first = (fixed_day + timedelta(days=1)).timestamp()
     a = next_order_id(redis, now=last)
     b = next_order_id(redis, now=first)
-    assert a & 0xFFFFFFFF == int(redis.get(day_key(fixed_day)))
-    assert b & 0xFFFFFFFF == int(redis.get(day_key(fixed_day + timedelta(days=1))))
+    assert a & 0xFFFFFFFF == int(redis.get(keys.order_counter(fixed_day)))
+    assert b & 0xFFFFFFFF == int(redis.get(keys.order_counter(fixed_day + timedelta(days=1))))
     assert b > a
 
 
@@ -126,15 +127,15 @@ def test_the_machine_zone_does_not_decide_the_day(
     time.tzset()
     try:
         now = (fixed_day + timedelta(hours=23, minutes=30)).timestamp()
-        before = int(redis.get(day_key(fixed_day)) or 0)
-        next_day = redis.get(day_key(fixed_day + timedelta(days=1)))
+        before = int(redis.get(keys.order_counter(fixed_day)) or 0)
+        next_day = redis.get(keys.order_counter(fixed_day + timedelta(days=1)))
         order_id = next_order_id(redis, now=now)
     finally:
         monkeypatch.undo()
         time.tzset()
     assert order_id & 0xFFFFFFFF == before + 1
-    assert int(redis.get(day_key(fixed_day))) == before + 1
-    assert redis.get(day_key(fixed_day + timedelta(days=1))) == next_day
+    assert int(redis.get(keys.order_counter(fixed_day))) == before + 1
+    assert redis.get(keys.order_counter(fixed_day + timedelta(days=1))) == next_day
 
 
 def test_default_now_is_the_real_utc_time(redis: Any) -> None:
@@ -178,5 +179,5 @@ def test_ids_unique_and_increasing_across_threads(redis: Any, fixed_day: datetim
     assert {order_id >> 32 for order_id in every} == {int(now) - BEGIN_EPOCH}
     # The counter moved by exactly the number of ids handed out.
     counters = sorted(order_id & 0xFFFFFFFF for order_id in every)
-    assert counters[-1] == int(redis.get(day_key(fixed_day)))
+    assert counters[-1] == int(redis.get(keys.order_counter(fixed_day)))
     assert counters == list(range(counters[0], counters[0] + len(every)))

@@ -19,7 +19,7 @@ from seckill import keys
 from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate
-from seckill.ids import SEQUENCE_MASK, day_key, next_order_id
+from seckill.ids import SEQUENCE_MASK, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
 from seckill.persistence import persist_order
 from seckill.reconcile import reconcile
@@ -231,7 +231,7 @@ def test_queue_depth_and_waiting_for_the_queue_to_drain(sqs: Any, queue: OrderQu
 
 def lose_redis_state(redis: Any, voucher_id: int) -> None:
     """What a restart without persistence does to a voucher (and to the loaded mark)."""
-    redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+    redis.delete(*keys.voucher_keys(voucher_id))
     redis.delete(keys.loaded())
 
 
@@ -380,7 +380,7 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, voucher_id)
     persist_order(db, gate, reservation)
-    key = day_key(datetime.now(UTC))
+    key = keys.order_counter(datetime.now(UTC))
     before = int(redis.get(key))
     try:
         redis.delete(key)

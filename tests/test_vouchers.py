@@ -170,7 +170,7 @@ def created(redis: Any) -> Iterator[list[int]]:
     made: list[int] = []
     yield made
     for voucher_id in made:
-        redis.delete(keys.stock(voucher_id), keys.buyers(voucher_id), keys.window(voucher_id), keys.pending(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 def seckill_voucher(shop_id: int = 1, stock: int = 25, title: str = "flash") -> SeckillVoucherIn:

@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from seckill import keys
 from seckill.errors import BadRequest
 
 BEGIN_EPOCH = 1640995200  # 2022-01-01T00:00:00Z
@@ -38,16 +39,12 @@ def parse_id(value: Any, name: str) -> int:
     return int(text)
 
 
-def day_key(now: datetime) -> str:
-    return f"icr:order:{now:%Y:%m:%d}"
-
-
 def next_order_id(redis: Any, now: float | None = None) -> int:
     """A unique, time-ordered 64-bit order id (one INCR round trip)."""
     now = time.time() if now is None else now
     moment = datetime.fromtimestamp(now, UTC)
     seconds = int(now) - BEGIN_EPOCH
-    sequence = int(redis.incr(day_key(moment)))
+    sequence = int(redis.incr(keys.order_counter(moment)))
     if sequence >= 1 << COUNT_BITS:
         raise OverflowError("more than 2^32 order ids in one UTC day")
     return seconds << COUNT_BITS | sequence

@@ -3,6 +3,8 @@ so the Lua scripts see all of them in one cluster slot."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 def stock(voucher_id: int) -> str:
     return f"seckill:stock:{{{voucher_id}}}"
@@ -39,6 +41,11 @@ def rebuild_lock() -> str:
 def order_status(order_id: int) -> str:
     """Looked up by order id alone: a hint for the status route, never needed for correctness."""
     return f"seckill:order-status:{order_id}"
+
+
+def order_counter(day: datetime) -> str:
+    """The order-id counter of a UTC day."""
+    return f"icr:order:{day:%Y:%m:%d}"
 
 
 def login_token(token: str) -> str:

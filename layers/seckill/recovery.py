@@ -36,7 +36,7 @@ from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK, day_key
+from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
 from seckill.messages import OrderMessage, dead_lettered_orders, queue_depth, wait_drained
 from seckill.orders import write_pending_hint
 from seckill.scripts import Scripts
@@ -144,7 +144,7 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
         return int(cursor.fetchone()["seq"])
 
     floor = db.run(read, read_only=True)
-    return int(scripts.counter_floor(keys=[day_key(now)], args=[floor]))
+    return int(scripts.counter_floor(keys=[keys.order_counter(now)], args=[floor]))
 
 
 def rebuild_voucher(

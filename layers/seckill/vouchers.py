@@ -175,7 +175,7 @@ def make_final(redis: Any, voucher_id: int) -> None:
 
 def unload(redis: Any, voucher_id: int) -> None:
     try:
-        redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id), keys.pending(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
     except Exception:
         log.exception("could not remove the Redis preload of voucher %s", voucher_id)
 
