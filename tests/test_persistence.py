@@ -14,12 +14,11 @@ from typing import Any
 import pymysql
 import pytest
 
-from seckill import keys
+from seckill import hints, keys
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import MalformedMessage, OrderMessage
-from seckill.orders import write_pending_hint
 from seckill.persistence import Decision, OrderIdConflict, persist_order
 from seckill.timeutil import to_db
 from tests.conftest import db_rows, new_user
@@ -375,7 +374,7 @@ def test_a_rejected_order_id_reused_for_another_user_is_a_conflict_not_a_redeliv
     showing them another user's order."""
     voucher_id = make_voucher(stock=5)
     first = accept(gate, voucher_id)
-    write_pending_hint(redis, first, 60)
+    hints.write_pending(redis, first, 60)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     assert persist_order(db, gate, first) == Decision("FAILED", "SOLD_OUT")
     hint = redis.get(keys.order_status(first.order_id))

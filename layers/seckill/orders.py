@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -13,17 +12,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import keys
+from seckill import hints, keys
 from seckill.db import Database, is_connection_error
 from seckill.errors import NotFound, SeckillError, TryAgain
 from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, TAKEN_OVER, Gate, Reservation, refusal
-from seckill.ids import next_order_id, order_id_time
+from seckill.hints import CONFIRMED, FAILED, PENDING
+from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.timeutil import from_db, from_ms, iso
+from seckill.timeutil import from_db, from_ms
 
 log = logging.getLogger(__name__)
 
-PENDING, CONFIRMED, FAILED = "PENDING", "CONFIRMED", "FAILED"
 ON_SALE = 1  # tb_voucher.status
 
 
@@ -51,7 +50,7 @@ def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, us
     resumed = reservation.order_id is not None
     order_id = reservation.order_id if resumed else _attach_new_id(gate, reservation)
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-    write_pending_hint(gate.redis, message, status_ttl)
+    hints.write_pending(gate.redis, message, status_ttl)
     if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, message)
         return order_id
@@ -75,15 +74,6 @@ def _attach_new_id(gate: Gate, reservation: Reservation) -> int:
     return order_id
 
 
-def write_pending_hint(redis: Any, m: OrderMessage, ttl: int) -> None:
-    """The status route's PENDING answer until the persister has decided the order."""
-    hint = _status(m.order_id, m.voucher_id, m.user_id, PENDING, None, iso(m.accepted_at))
-    try:
-        redis.set(keys.order_status(m.order_id), json.dumps(hint), ex=ttl)
-    except RedisError:
-        log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
-
-
 def _promise(gate: Gate, m: OrderMessage) -> None:
     """Tell reconciliation the client holds a 202. If Redis cannot be told and the
     message never arrived, reconciliation fails the order: decided, never lost."""
@@ -98,7 +88,7 @@ def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None
         gate.release(reservation)
         if order_id is not None:
             # Not queued: the status hint must not report it PENDING.
-            gate.redis.delete(keys.order_status(order_id))
+            hints.discard(gate.redis, order_id)
     except Exception:
         # Unknown whether it was released. If not, the reservation stays unpromised:
         # the user's next press takes it over, or reconciliation releases it (and
@@ -128,29 +118,6 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> SeckillError:
     return TryAgain("the sale is being restored, please try again")
 
 
-def record_decision(redis: Any, order_id: int, user_id: int, voucher_id: int, status: str, reason: str | None) -> None:
-    """Turn an order's status hint into its final status, once MySQL has committed it,
-    so that polling clients stop reaching MySQL. Only an existing hint is updated, and
-    it keeps its time to live."""
-    created = order_id_time(order_id) if status == FAILED else None
-    hint = redis.get(keys.order_status(order_id))
-    if not hint:
-        return
-    data = json.loads(hint)
-    final = _status(order_id, voucher_id, user_id, status, reason, iso(created) if created else data.get("createdAt"))
-    redis.set(keys.order_status(order_id), json.dumps(final), xx=True, keepttl=True)
-
-
-def _hint(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:
-    """The order's status hint, if Redis has one for this user (and answers at all)."""
-    try:
-        raw = redis.get(keys.order_status(order_id))
-    except RedisError:
-        return None  # MySQL answers alone
-    data = json.loads(raw) if raw else None
-    return data if data and data.get("userId") == user_id else None
-
-
 def _cache_complete(redis: Any) -> bool:
     """False when Redis lost its data (or cannot say): a hint may have been lost with it."""
     try:
@@ -168,7 +135,7 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
     knows is "not found" only while Redis holds its data: an accepted order whose
     hint was lost (and which is still on its way to MySQL) is a 503, never a 404.
     """
-    hint = _hint(redis, order_id, user_id)
+    hint = hints.read(redis, order_id, user_id)
     if hint is not None and hint.get("status") in {CONFIRMED, FAILED}:
         return hint
 
@@ -195,24 +162,10 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
             raise
         row = None  # MySQL is down: the hint still says PENDING
     if row is not None:
-        # A rejection's own time is when MySQL refused it; the order was made when its id was.
-        created = from_db(row["create_time"]) if status == CONFIRMED else order_id_time(order_id)
-        return _status(order_id, int(row["voucher_id"]), user_id, status, reason, iso(created))
+        created = hints.created_at(order_id, status, from_db(row["create_time"]))
+        return hints.status(order_id, int(row["voucher_id"]), user_id, status, reason, created)
     if hint is not None:
-        return _status(order_id, int(hint["voucherId"]), user_id, PENDING, None, hint.get("createdAt"))
+        return {**hint, "status": PENDING, "reason": None}
     if not _cache_complete(redis):
         raise TryAgain("the order's status is briefly unavailable, please try again")
     raise NotFound("order not found", code="ORDER_NOT_FOUND")
-
-
-def _status(
-    order_id: int, voucher_id: int, user_id: int, status: str, reason: str | None, created_at: str | None
-) -> dict[str, Any]:
-    return {
-        "orderId": str(order_id),
-        "voucherId": voucher_id,
-        "userId": user_id,
-        "status": status,
-        "reason": reason,
-        "createdAt": created_at,
-    }

@@ -9,10 +9,11 @@ from typing import Any
 import pymysql
 from pymysql.cursors import DictCursor
 
+from seckill import hints
 from seckill.db import Database
 from seckill.gate import Gate
+from seckill.hints import CONFIRMED, FAILED
 from seckill.messages import OrderMessage
-from seckill.orders import CONFIRMED, FAILED, record_decision
 from seckill.timeutil import to_db
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,8 @@ def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
     decision = _decide(db, message)
     try:
         gate.settle(message.voucher_id, message.user_id, message.order_id)
-        record_decision(
-            gate.redis, message.order_id, message.user_id, message.voucher_id, decision.status, decision.reason
-        )
+        if decision.changed:  # a redelivery's acceptedAt may differ from the stored one
+            hints.finalize(gate.redis, message, decision.status, decision.reason)
     except Exception:
         # The database already holds the truth; reconciliation clears stale marks,
         # and the status route asks MySQL when the hint is not final.

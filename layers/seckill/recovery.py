@@ -32,13 +32,12 @@ from typing import Any, Literal
 from pymysql.cursors import DictCursor
 from redis.exceptions import LockError
 
-from seckill import keys
+from seckill import hints, keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
 from seckill.messages import OrderMessage, dead_lettered_orders, queue_depth, wait_drained
-from seckill.orders import write_pending_hint
 from seckill.scripts import Scripts
 from seckill.timeutil import from_db, to_db, to_ms
 from seckill.vouchers import WITHDRAWN
@@ -162,7 +161,7 @@ def rebuild_voucher(
     restored = restore(db, redis, scripts, voucher_id, mode, waiting)
     if restored is not None and restored.applied:
         for m in waiting:
-            write_pending_hint(redis, m, hint_ttl)
+            hints.write_pending(redis, m, hint_ttl)
     return restored
 
 

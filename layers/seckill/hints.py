@@ -1,0 +1,75 @@
+"""The order-status hint: what the status route may answer from Redis alone.
+
+Written PENDING when an order is queued (by the API, or by a rebuild for an
+order waiting in the dead-letter queue), made final by the persister from what
+it decided, and read by the status route, which trusts only a final hint and
+asks MySQL otherwise. Looked up by order id alone, it cannot live in the
+voucher's slot, so nothing ever needs it for correctness.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from seckill import keys
+from seckill.ids import order_id_time
+from seckill.messages import OrderMessage
+from seckill.timeutil import iso
+
+log = logging.getLogger(__name__)
+
+PENDING, CONFIRMED, FAILED = "PENDING", "CONFIRMED", "FAILED"
+
+
+def status(
+    order_id: int, voucher_id: int, user_id: int, state: str, reason: str | None, created_at: datetime | None
+) -> dict[str, Any]:
+    """The status route's ``data``."""
+    return {
+        "orderId": str(order_id),
+        "voucherId": voucher_id,
+        "userId": user_id,
+        "status": state,
+        "reason": reason,
+        "createdAt": iso(created_at),
+    }
+
+
+def created_at(order_id: int, state: str, stored: datetime | None) -> datetime | None:
+    """A confirmed order was made when MySQL stored it (the gate's time); a failed one
+    when its id was made, not when MySQL refused it."""
+    return order_id_time(order_id) if state == FAILED else stored
+
+
+def write_pending(redis: Any, m: OrderMessage, ttl: int) -> None:
+    hint = status(m.order_id, m.voucher_id, m.user_id, PENDING, None, m.accepted_at)
+    try:
+        redis.set(keys.order_status(m.order_id), json.dumps(hint), ex=ttl)
+    except RedisError:
+        log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
+
+
+def finalize(redis: Any, m: OrderMessage, state: str, reason: str | None) -> None:
+    """Once MySQL has stored this very message's decision: polls stop reaching MySQL.
+    Only an existing hint is replaced, and it keeps its time to live."""
+    hint = status(m.order_id, m.voucher_id, m.user_id, state, reason, created_at(m.order_id, state, m.accepted_at))
+    redis.set(keys.order_status(m.order_id), json.dumps(hint), xx=True, keepttl=True)
+
+
+def discard(redis: Any, order_id: int) -> None:
+    redis.delete(keys.order_status(order_id))
+
+
+def read(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:
+    """The order's hint, if Redis has one for this user (and answers at all)."""
+    try:
+        raw = redis.get(keys.order_status(order_id))
+    except RedisError:
+        return None  # MySQL answers alone
+    data = json.loads(raw) if raw else None
+    return data if data and data.get("userId") == user_id else None
