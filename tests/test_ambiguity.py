@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import boto3
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -297,3 +298,17 @@ def test_a_concurrent_second_press_of_the_same_user_never_gets_a_second_unit(
     assert gate.attach(slow, order_id + 1) == TAKEN_OVER  # the slow press answers 409
     assert persist_all(sqs, url, db, gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("2", 2)
+
+
+def test_a_send_botocore_never_made_is_refused(
+    sqs_endpoint: str, queues: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No credentials: botocore raises before any request leaves, so nothing can be stored."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = boto3.session.Session().client("sqs", endpoint_url=sqs_endpoint, region_name="us-east-1")
+    queue = OrderQueue(client, queues["OrderQueue"])
+    assert queue.send(OrderMessage(123, 7, 8, datetime.now(UTC))) is Sent.REFUSED

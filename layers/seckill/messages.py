@@ -143,6 +143,7 @@ _send = threading.local()
 
 def _watch_attempt(response: Any = None, caught_exception: BaseException | None = None, **_: Any) -> None:
     """botocore's ``needs-retry`` event, after every attempt of a SendMessage call."""
+    _send.attempts += 1
     status = response[0].status_code if response else None
     if (caught_exception is not None or (status is not None and status >= 300)) and not _nothing_stored(
         caught_exception, status
@@ -164,11 +165,12 @@ class OrderQueue:
         sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
 
     def send(self, message: OrderMessage) -> Sent:
-        _send.in_doubt = False
+        _send.in_doubt, _send.attempts = False, 0
         try:
             self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())
         except Exception as exc:
-            if _send.in_doubt or not _nothing_stored(exc, None):
+            # No attempt at all (no credentials, a parameter botocore refused): nothing left.
+            if _send.attempts and (_send.in_doubt or not _nothing_stored(exc, None)):
                 return Sent.IN_DOUBT
             return Sent.REFUSED
         return Sent.SENT
