@@ -1,7 +1,8 @@
 """The build artifact (``sam build`` into .aws-sam/build), as Lambda would run it.
 
 ``make test`` builds first; run alone, these tests build the artifact
-themselves when it is missing, and fail (never skip) when they cannot. The
+themselves when it is missing or older than any of its sources, and fail
+(never skip) when they cannot. The
 layer must carry the ``seckill`` package and the Lua scripts byte for byte, and
 every handler must import from the artifact alone (its code, the layer, the
 runtime's boto3) and answer an event against the suite's Redis, MySQL and SQS.
@@ -45,13 +46,23 @@ INVOKED = {
 }
 
 
+# What the artifact is built from: a change to any of them makes it stale.
+SOURCES = ("template.yaml", "functions", "layers", "lua")
+
+
+def newest_source() -> float:
+    paths = [ROOT / name for name in SOURCES]
+    files = [p for path in paths for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()]
+    return max(p.stat().st_mtime for p in files if "__pycache__" not in p.parts)
+
+
 @pytest.fixture(scope="session")
 def built(template: Template) -> Template:
-    """The built template; built here when missing."""
+    """The built template; built here when missing or stale."""
     built_template = ARTIFACT / "template.yaml"
-    if not built_template.is_file():
+    if not built_template.is_file() or built_template.stat().st_mtime < newest_source():
         if not SAM.is_file():
-            pytest.fail("no build artifact and no SAM CLI: run `make build` (it installs .venv-sam, then sam build)")
+            pytest.fail("no current build artifact and no SAM CLI: run `make build` (it installs .venv-sam)")
         env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
         subprocess.run([str(SAM), "build", "--region", "us-east-1"], cwd=ROOT, env=env, check=True, timeout=900)  # noqa: S603
     artifact = Template.load(built_template)
