@@ -129,6 +129,9 @@ def test_ensure_queues_creates_the_redrive_to_the_dead_letter_queue(
     assert main["MessageRetentionPeriod"] == "345600"
     assert dlq["MessageRetentionPeriod"] == "1209600"
     assert "RedrivePolicy" not in dlq
+    poison = queue_attributes(sqs, queues["OrderPoisonQueue"])
+    assert poison["MessageRetentionPeriod"] == "1209600"
+    assert "RedrivePolicy" not in poison
 
     # Idempotent: the same prefix finds the same queues.
     prefix = queues["OrderQueue"].rsplit("/", 1)[1].removesuffix("OrderQueue")
@@ -194,6 +197,7 @@ def test_runner_environment_resolves_refs_and_layers_env_vars(runner: Runner, cr
     assert api["POWERTOOLS_SERVICE_NAME"] == "seckill"
     persister = runner.environment(runner.function("OrderPersisterFunction"))
     assert "ORDER_QUEUE_URL" not in persister
+    assert persister["ORDER_POISON_QUEUE_URL"] == queues["OrderPoisonQueue"]
     reconciler = runner.environment(runner.function("ReconcilerFunction"))
     assert reconciler["ORDER_QUEUE_URL"] == queues["OrderQueue"]
     assert reconciler["ORDER_DLQ_URL"] == queues["OrderDeadLetterQueue"]
