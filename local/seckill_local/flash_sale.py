@@ -55,7 +55,6 @@ from seckill_local.proxy import LossyProxy
 from seckill_local.report import Check, Fault, Outcome, Press, Report, check_invariants, percentiles, render
 from seckill_local.sqs import LOCAL_AWS, sqs_client
 from seckill_local.stack import LocalStack, free_port, local_parameters, preflight
-from seckill_local.template import ROOT
 
 console = Console(stderr=True)
 
@@ -159,6 +158,7 @@ class Sale:
     sqs: Any = None
     queue_url: str = ""
     dlq_url: str = ""
+    poison_url: str = ""
     voucher_id: int = 0
     gate: Gate = field(init=False)
 
@@ -185,7 +185,8 @@ class Sale:
         if before:
             command = [
                 sys.executable,
-                str(ROOT / "scripts" / "dlq_replay.py"),
+                "-m",
+                "seckill_ops.dlq_replay",  # seckill-dlq-replay
                 "--queue-url",
                 self.queue_url,
                 "--dlq-url",
@@ -378,6 +379,7 @@ def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], d
         return sum(line.get(field, 0) for line in log if line["fault"] == fault)
 
     failed = sale.failed_reasons()
+    poisoned = queue_depth(sale.sqs, sale.poison_url)
     resumed = sum(n - 1 for n in Counter((p.order_id, p.user_id) for p in presses if p.status == 202).values())
     return [
         Fault(
@@ -422,8 +424,8 @@ def faults_table(sale: Sale, presses: list[Press], reconciled: dict[str, int], d
         Fault(
             "malformed message",
             injected["malformed-message"],
-            "batch item failure until maxReceiveCount, dead-lettered, left in the DLQ by the replay",
-            f"DLQ holds {dlq[1]} after replay",
+            "moved unchanged to the poison queue with its reason, acknowledged; never dead-lettered",
+            f"poison queue holds {poisoned}; DLQ holds {dlq[1]} after replay",
         ),
         Fault(
             "Redis restarted empty, orders waiting in the DLQ",
@@ -495,6 +497,7 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
     sale.sqs = sqs_client(sale.stack.sqs_endpoint)
     sale.queue_url = sale.sqs.get_queue_url(QueueName="OrderQueue")["QueueUrl"]
     sale.dlq_url = sale.sqs.get_queue_url(QueueName="OrderDeadLetterQueue")["QueueUrl"]
+    sale.poison_url = sale.sqs.get_queue_url(QueueName="OrderPoisonQueue")["QueueUrl"]
 
     columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -536,11 +539,12 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
         )
     )
     if args.chaos:
+        poisoned = queue_depth(sale.sqs, sale.poison_url)
         checks.append(
             Check(
-                "DLQ holds only malformed messages",
-                dlq[1] == len(MALFORMED),
-                f"{dlq[1]} left of {dlq[0]}; {len(MALFORMED)} malformed injected",
+                "malformed messages in the poison queue, DLQ empty after the replay",
+                poisoned == len(MALFORMED) and dlq[1] == 0,
+                f"poison queue {poisoned} ({len(MALFORMED)} malformed injected); DLQ {dlq[0]} -> {dlq[1]}",
             )
         )
     failed_reasons = sale.failed_reasons()
