@@ -1,5 +1,5 @@
 """OrderPersisterFunction through events/order_persister_batch.json-shaped events:
-every row of SPEC §5's table, partial batch failures, redelivery, and records that
+every outcome of an order, partial batch failures, redelivery, and records that
 can never be stored, with and without a poison queue."""
 
 from __future__ import annotations
