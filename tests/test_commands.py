@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,7 @@ def test_every_command_has_help() -> None:
         "seckill.migrate",
         "seckill.reconcile",
         "seckill.recovery",
+        "seckill_ops.dlq_replay",
         "seckill_local.tokens",
         "seckill_local.runner",
         "seckill_local.flash_sale",
@@ -185,3 +187,28 @@ def test_every_command_has_help() -> None:
         done = run("-m", module, "--help")
         assert done.returncode == 0, module
         assert "usage:" in done.stdout
+
+
+# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
+COMMANDS = {
+    "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
+    "seckill-reconcile": "seckill.reconcile:main",
+    "seckill-recovery": "seckill.recovery:main",
+    "seckill-migrate": "seckill.migrate:main",
+    "seckill-tokens": "seckill_local.tokens:main",
+    "seckill-local": "seckill_local.runner:main",
+    "seckill-flash-sale": "seckill_local.flash_sale:main",
+}
+
+
+def test_the_commands_are_installed() -> None:
+    installed = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name.startswith("seckill-")}
+    assert installed == COMMANDS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_each_installed_command_answers_help(command: str) -> None:
+    path = Path(sys.executable).parent / command
+    done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {command} "), done.stdout[:200]

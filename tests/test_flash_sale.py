@@ -111,6 +111,6 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str) -> None:
         "a 503 leaves no order",
         "every 202 decided, none lost, none both",
         "Redis stock equals MySQL stock",
-        "DLQ holds only malformed messages",
+        "malformed messages in the poison queue, DLQ empty after the replay",
     }
     assert "Faults injected" in result.stdout

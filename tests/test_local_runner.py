@@ -26,7 +26,7 @@ from seckill import keys
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
-from seckill.messages import OrderMessage
+from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
 from seckill.tokens import store_tokens
 from seckill_local.api import LocalHttpApi, make_server
@@ -129,6 +129,9 @@ def test_ensure_queues_creates_the_redrive_to_the_dead_letter_queue(
     assert main["MessageRetentionPeriod"] == "345600"
     assert dlq["MessageRetentionPeriod"] == "1209600"
     assert "RedrivePolicy" not in dlq
+    poison = queue_attributes(sqs, queues["OrderPoisonQueue"])
+    assert poison["MessageRetentionPeriod"] == "1209600"
+    assert "RedrivePolicy" not in poison
 
     # Idempotent: the same prefix finds the same queues.
     prefix = queues["OrderQueue"].rsplit("/", 1)[1].removesuffix("OrderQueue")
@@ -194,6 +197,7 @@ def test_runner_environment_resolves_refs_and_layers_env_vars(runner: Runner, cr
     assert api["POWERTOOLS_SERVICE_NAME"] == "seckill"
     persister = runner.environment(runner.function("OrderPersisterFunction"))
     assert "ORDER_QUEUE_URL" not in persister
+    assert persister["ORDER_POISON_QUEUE_URL"] == queues["OrderPoisonQueue"]
     reconciler = runner.environment(runner.function("ReconcilerFunction"))
     assert reconciler["ORDER_QUEUE_URL"] == queues["OrderQueue"]
     assert reconciler["ORDER_DLQ_URL"] == queues["OrderDeadLetterQueue"]
@@ -386,7 +390,18 @@ def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None
 
 @pytest.fixture(scope="module")
 def persister_pool(runner: Runner) -> Iterator[FunctionPool]:
+    """The persister as the runner wires it: its poison queue is the runner's OrderPoisonQueue."""
     pool = runner.pool("OrderPersisterFunction", 1)
+    pool.warm()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def persister_pool_without_poison_queue(runner: Runner) -> Iterator[FunctionPool]:
+    """The persister with ORDER_POISON_QUEUE_URL empty: a record it can never store fails."""
+    fn = runner.function("OrderPersisterFunction")
+    pool = FunctionPool(fn, {**runner.environment(fn), "ORDER_POISON_QUEUE_URL": ""}, 1)
     pool.warm()
     yield pool
     pool.close()
@@ -401,7 +416,7 @@ def accept(gate: Gate, redis: Any, voucher_id: int, user_id: int) -> OrderMessag
 
 
 def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
-    persister_pool: FunctionPool,
+    persister_pool_without_poison_queue: FunctionPool,
     queues: dict[str, str],
     sqs: Any,
     gate: Gate,
@@ -416,7 +431,7 @@ def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
         sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
     bad_id = sqs.send_message(QueueUrl=url, MessageBody='{"orderId": "not a number"}')["MessageId"]
     sqs.send_message(QueueUrl=url, MessageBody=good[2].to_json())
-    feeder = QueueFeeder(sqs, url, persister_pool, batch_size=10, concurrency=1)
+    feeder = QueueFeeder(sqs, url, persister_pool_without_poison_queue, batch_size=10, concurrency=1)
 
     received = 0
     for _ in range(10):
@@ -446,13 +461,13 @@ def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
 
 
 def test_feeder_failing_record_reaches_the_dlq_through_the_queues_redrive(
-    persister_pool: FunctionPool, queues: dict[str, str], sqs: Any
+    persister_pool_without_poison_queue: FunctionPool, queues: dict[str, str], sqs: Any
 ) -> None:
     url, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
     # Retry at once instead of after the visibility timeout, to keep the test fast.
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "0"})
     sent = sqs.send_message(QueueUrl=url, MessageBody="not an order")["MessageId"]
-    feeder = QueueFeeder(sqs, url, persister_pool, batch_size=10, concurrency=1)
+    feeder = QueueFeeder(sqs, url, persister_pool_without_poison_queue, batch_size=10, concurrency=1)
 
     attempts = 0
     while feeder.poll_once() and attempts < 10:
@@ -464,6 +479,27 @@ def test_feeder_failing_record_reaches_the_dlq_through_the_queues_redrive(
     moved = drain(sqs, dlq)
     assert [(m["MessageId"], m["Body"]) for m in moved] == [(sent, "not an order")]
     assert drain(sqs, url) == []
+
+
+def test_feeder_with_the_runners_poison_queue_moves_the_bad_record_there_and_deletes_it(
+    persister_pool: FunctionPool, runner: Runner, queues: dict[str, str], sqs: Any
+) -> None:
+    url, poison = queues["OrderQueue"], runner.queues()["OrderPoisonQueue"]
+    sent = sqs.send_message(
+        QueueUrl=url,
+        MessageBody="not an order",
+        MessageAttributes={"blob": {"DataType": "Binary", "BinaryValue": b"\x01\x02"}},
+    )["MessageId"]
+    feeder = QueueFeeder(sqs, url, persister_pool, batch_size=10, concurrency=1)
+
+    assert feeder.poll_once() == 1
+
+    assert (feeder.stats.records, feeder.stats.deleted, feeder.stats.failed, feeder.stats.errors) == (1, 1, 0, 0)
+    assert queue_depth(sqs, url) == 0
+    moved = drain(sqs, poison)
+    assert [m["Body"] for m in moved] == ["not an order"]
+    assert moved[0]["MessageId"] != sent
+    assert queue_depth(sqs, queues["OrderDeadLetterQueue"]) == 0
 
 
 # --- seckill-local invoke as a command ---------------------------------------------------------

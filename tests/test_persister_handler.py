@@ -1,15 +1,20 @@
 """OrderPersisterFunction through events/order_persister_batch.json-shaped events:
-every persister outcome (docs/contract.md), partial batch failures, redelivery."""
+every persister outcome (docs/contract.md), partial batch failures, redelivery, and
+records that can never be stored, with and without a poison queue."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import random
 import sys
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,7 +23,10 @@ from seckill import keys
 from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
-from seckill.messages import OrderMessage
+from seckill.messages import OrderMessage, queue_depth
+from seckill.poison import REASON_ATTRIBUTE
+from seckill_local.lambdas import load_handler
+from seckill_local.template import Template
 from tests.conftest import closed_port, db_rows, load_event, new_user
 from tests.helpers import accept
 
@@ -294,3 +302,174 @@ def test_unknown_voucher_in_the_database_is_failed_not_retried(
     assert failures(persist(record(message.to_json()))) == set()
     assert orders_of(db, voucher_id) == []
     assert [r["reason"] for r in rejections_of(db, voucher_id)] == ["VOUCHER_NOT_FOUND"]
+
+
+# ---------------------------------------------------------------- records that can never be stored
+
+# Message attributes as Lambda hands them to the function (binary values base64-encoded).
+RECORD_ATTRIBUTES = {
+    "trace": {"stringValue": "poison-test", "stringListValues": [], "binaryListValues": [], "dataType": "String"},
+    "blob": {
+        "stringValue": None,
+        "binaryValue": base64.b64encode(b"\x00\xff").decode(),
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "Binary",
+    },
+}
+MALFORMED = ["not json", '{"orderId": "1", "userId": 2}', '{"orderId": 5, "userId": 1, "voucherId": 1}']
+
+
+def persister_with_poison_queue(template: Template, poison_url: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A fresh OrderPersisterFunction module, imported as the runtime would with ORDER_POISON_QUEUE_URL
+    set. The suite's own import (without the variable) stays what ``handlers`` returns."""
+    fn = template.functions["OrderPersisterFunction"]
+    with monkeypatch.context() as patch:
+        patch.setenv("ORDER_POISON_QUEUE_URL", poison_url)
+        patch.setattr(sys, "modules", dict(sys.modules))  # the fresh module does not replace the suite's
+        handler = load_handler(fn)
+        module = sys.modules[handler.__module__]
+    assert module.poison is not None
+    return module
+
+
+def received(sqs: Any, url: str, count: int, timeout: float = 10) -> list[dict[str, Any]]:
+    """Receive (and delete) until ``count`` messages came, or ``timeout`` seconds passed."""
+    taken: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(taken) < count and time.monotonic() < deadline:
+        messages = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], WaitTimeSeconds=1
+        ).get("Messages", [])
+        for m in messages:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        taken.extend(messages)
+    return taken
+
+
+@pytest.fixture
+def poisoned(
+    handlers: dict[str, Handler],
+    template: Template,
+    queues: dict[str, str],
+    context: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[..., dict[str, Any]]:
+    """Invokes a persister whose poison queue is this test's OrderPoisonQueue."""
+    module = persister_with_poison_queue(template, queues["OrderPoisonQueue"], monkeypatch)
+
+    def invoke(*records: dict[str, Any]) -> dict[str, Any]:
+        return module.lambda_handler(json.loads(json.dumps(batch(*records))), context)
+
+    return invoke
+
+
+def test_malformed_records_move_to_the_poison_queue_unchanged_and_are_acknowledged(
+    poisoned: Callable[..., dict[str, Any]],
+    sqs: Any,
+    queues: dict[str, str],
+    gate: Gate,
+    make_voucher: Callable[..., int],
+    db: Database,
+) -> None:
+    voucher_id = make_voucher(stock=5)
+    good = accept(gate, voucher_id, new_user())
+    bad = [record(raw) for raw in MALFORMED]
+    for rec in bad:
+        rec["messageAttributes"] = RECORD_ATTRIBUTES
+    records = [bad[0], record(good.to_json()), bad[1], bad[2]]
+
+    assert failures(poisoned(*records)) == set()  # every record acknowledged
+
+    assert [int(o["id"]) for o in orders_of(db, voucher_id)] == [good.order_id]
+    moved = received(sqs, queues["OrderPoisonQueue"], len(MALFORMED))
+    assert sorted(m["Body"] for m in moved) == sorted(MALFORMED)  # unchanged, each once
+    for m in moved:
+        attributes = m["MessageAttributes"]
+        assert attributes["trace"] == {"StringValue": "poison-test", "DataType": "String"}
+        assert attributes["blob"] == {"BinaryValue": b"\x00\xff", "DataType": "Binary"}
+        assert attributes[REASON_ATTRIBUTE]["DataType"] == "String"
+        assert attributes[REASON_ATTRIBUTE]["StringValue"].startswith("malformed order message: ")
+    assert queue_depth(sqs, queues["OrderPoisonQueue"]) == 0
+    assert queue_depth(sqs, queues["OrderDeadLetterQueue"]) == 0
+
+
+def test_an_order_id_held_by_another_order_moves_to_the_poison_queue(
+    poisoned: Callable[..., dict[str, Any]],
+    sqs: Any,
+    queues: dict[str, str],
+    gate: Gate,
+    make_voucher: Callable[..., int],
+    db: Database,
+) -> None:
+    """The id counter went back: a second order under a stored id can never be stored,
+    so it is kept apart (with why) rather than cycle DLQ -> replay -> DLQ."""
+    voucher_id = make_voucher(stock=5)
+    first = accept(gate, voucher_id, new_user())
+    assert failures(poisoned(record(first.to_json()))) == set()
+    clash = replace(first, user_id=new_user())
+
+    assert failures(poisoned(record(clash.to_json()))) == set()
+
+    (moved,) = received(sqs, queues["OrderPoisonQueue"], 1)
+    assert moved["Body"] == clash.to_json()
+    assert moved["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"].startswith("order id conflict: ")
+    assert [(int(o["id"]), int(o["user_id"])) for o in orders_of(db, voucher_id)] == [(first.order_id, first.user_id)]
+    assert db_stock(db, voucher_id) == 4
+
+
+def test_a_poison_queue_that_refuses_the_send_makes_it_a_batch_item_failure(
+    handlers: dict[str, Handler],
+    template: Template,
+    queues: dict[str, str],
+    context: Any,
+    sqs: Any,
+    gate: Gate,
+    make_voucher: Callable[..., int],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = queues["OrderPoisonQueue"].rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
+    module = persister_with_poison_queue(template, missing, monkeypatch)
+    voucher_id = make_voucher(stock=5)
+    good = accept(gate, voucher_id, new_user())
+    bad = record("not json")
+
+    response = module.lambda_handler(json.loads(json.dumps(batch(bad, record(good.to_json())))), context)
+
+    assert failures(response) == {bad["messageId"]}  # SQS keeps it, and dead-letters it in the end
+    assert [int(o["id"]) for o in orders_of(db, voucher_id)] == [good.order_id]
+    assert queue_depth(sqs, queues["OrderPoisonQueue"]) == 0
+
+
+def test_without_a_poison_queue_a_malformed_record_is_a_batch_item_failure(
+    persist: Callable[..., dict[str, Any]], sqs: Any, session_queues: dict[str, str]
+) -> None:
+    """ORDER_POISON_QUEUE_URL unset (as for the suite's handlers): nothing is sent anywhere."""
+    records = [record(raw) for raw in MALFORMED]
+    assert failures(persist(*records)) == {r["messageId"] for r in records}
+    assert queue_depth(sqs, session_queues["OrderPoisonQueue"]) == 0
+
+
+def test_a_database_outage_never_sends_an_order_to_the_poison_queue(
+    template: Template,
+    queues: dict[str, str],
+    context: Any,
+    sqs: Any,
+    gate: Gate,
+    make_voucher: Callable[..., int],
+    creds: Credentials,
+    redis: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retryable failure stays a batch item failure (SQS retries, then the DLQ)."""
+    module = persister_with_poison_queue(template, queues["OrderPoisonQueue"], monkeypatch)
+    voucher_id, user_id = make_voucher(stock=5), new_user()
+    rec = record(accept(gate, voucher_id, user_id).to_json())
+    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
+    monkeypatch.setattr(module, "db", Database(unreachable))
+
+    assert failures(module.lambda_handler(json.loads(json.dumps(batch(rec))), context)) == {rec["messageId"]}
+
+    assert queue_depth(sqs, queues["OrderPoisonQueue"]) == 0
+    assert redis.hexists(keys.pending(voucher_id), str(user_id))

@@ -31,6 +31,7 @@ NEEDS: dict[str, set[str]] = {
     "credentials(": {"DB_HOST", "DB_PORT", "DB_NAME", "DB_SECRET_ARN"},
     "order_queue_url": {"ORDER_QUEUE_URL"},
     "order_dlq_url": {"ORDER_DLQ_URL"},
+    "order_poison_queue_url": {"ORDER_POISON_QUEUE_URL"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
@@ -185,6 +186,32 @@ def test_queues_redrive_and_encryption(template: Template, data: dict[str, Any])
     assert dlq["SqsManagedSseEnabled"] is True
     # A dead letter must outlive the message it was: the DLQ keeps them longer.
     assert int(dlq["MessageRetentionPeriod"]) > int(queue["MessageRetentionPeriod"])
+    # The poison queue keeps what it holds as long as SQS can (14 days) and redrives nowhere.
+    poison = props(data, "OrderPoisonQueue")
+    assert poison["SqsManagedSseEnabled"] is True
+    assert int(poison["MessageRetentionPeriod"]) == 14 * 86400
+    assert "RedrivePolicy" not in poison
+    assert set(template.queues()) == {"OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue"}
+
+
+def test_the_persister_may_only_send_to_the_poison_queue(template: Template, data: dict[str, Any]) -> None:
+    persister = template.functions["OrderPersisterFunction"]
+    assert persister.environment["ORDER_POISON_QUEUE_URL"] == {"Ref": "OrderPoisonQueue"}
+    poison_arn = {"Fn::GetAtt": ["OrderPoisonQueue", "Arn"]}
+    granted = [
+        statement
+        for policy in props(data, "OrderPersisterFunction")["Policies"]
+        if isinstance(policy, dict) and "Statement" in policy
+        for statement in statements(policy)
+        if "OrderPoisonQueue" in json.dumps(statement)
+    ]
+    assert granted == [
+        {"Sid": "SendToPoisonQueue", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": poison_arn}
+    ]
+    # No other function knows the poison queue: only an operator reads it.
+    for logical_id, resource in resources(data, "AWS::Serverless::Function").items():
+        if logical_id != "OrderPersisterFunction":
+            assert "OrderPoisonQueue" not in json.dumps(resource), logical_id
 
 
 def test_event_source_mapping_and_visibility_timeout(template: Template, data: dict[str, Any]) -> None:
@@ -224,18 +251,23 @@ def test_the_queue_is_polled_through_a_mapping_scoped_to_order_queue(data: dict[
     assert {"SQSPollerPolicy": {"QueueName": {"Fn::GetAtt": ["OrderQueue", "QueueName"]}}} in policies
 
 
-def alarm_on(data: dict[str, Any], namespace: str, metric: str) -> dict[str, Any]:
+def alarm_on(data: dict[str, Any], namespace: str, metric: str, dimension: Any = None) -> dict[str, Any]:
+    """The one alarm on that metric (of that dimension's value, when given)."""
     (alarm,) = [a["Properties"] for a in resources(data, "AWS::CloudWatch::Alarm").values()
-                if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric]  # fmt: skip
-    assert alarm["AlarmActions"], f"{metric}: an alarm tells someone"
+                if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
+                and (dimension is None or a["Properties"]["Dimensions"][0]["Value"] == dimension)]  # fmt: skip
+    assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], f"{metric}: an alarm tells someone"
     return alarm
 
 
 def test_alarms(data: dict[str, Any]) -> None:
-    dlq = alarm_on(data, "AWS/SQS", "ApproximateNumberOfMessagesVisible")
-    assert dlq["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["OrderDeadLetterQueue", "QueueName"]}}]
-    assert dlq["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    assert float(dlq["Threshold"]) == 1  # any message at all
+    for queue in ("OrderDeadLetterQueue", "OrderPoisonQueue"):
+        name = {"Fn::GetAtt": [queue, "QueueName"]}
+        alarm = alarm_on(data, "AWS/SQS", "ApproximateNumberOfMessagesVisible", name)
+        assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": name}]
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert float(alarm["Threshold"]) == 1  # any message at all
+        assert alarm["Statistic"] == "Maximum"
     errors = alarm_on(data, "AWS/Lambda", "Errors")
     assert errors["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "OrderPersisterFunction"}}]
     api = alarm_on(data, "AWS/ApiGateway", "5xx")
@@ -528,6 +560,7 @@ def test_outputs_an_operator_needs(data: dict[str, Any]) -> None:
     assert outputs["ApiEndpoint"]["Value"]["Fn::Sub"].startswith("https://${SeckillHttpApi}.execute-api.")
     assert outputs["OrderQueueUrl"]["Value"] == {"Ref": "OrderQueue"}
     assert outputs["OrderDeadLetterQueueUrl"]["Value"] == {"Ref": "OrderDeadLetterQueue"}
+    assert outputs["OrderPoisonQueueUrl"]["Value"] == {"Ref": "OrderPoisonQueue"}
 
 
 # --- events/ and the env-vars files -----------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each record is decided on its own; failures are reported per record
 (``batchItemFailures``) so SQS retries only those, and after maxReceiveCount
-moves them to the dead-letter queue.
+moves them to the dead-letter queue. A record that can never be stored goes to
+the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.poison).
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.clients import redis_client
+from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate
-from seckill.messages import OrderMessage
-from seckill.persistence import persist_order
+from seckill.poison import Poisoned, PoisonQueue, take_record
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -36,16 +36,24 @@ settings = Settings.from_env()
 redis = redis_client(settings)
 gate = Gate(redis, Scripts.register(redis))
 db = Database.from_settings(settings)
+poison = PoisonQueue(sqs_client(), settings.order_poison_queue_url) if settings.order_poison_queue_url else None
 
 
 @tracer.capture_method
 def record_handler(record: SQSRecord) -> None:
-    message = OrderMessage.from_json(record.body)
-    decision = persist_order(db, gate, message)
+    outcome = take_record(db, gate, poison, record.body, record.raw_event.get("messageAttributes"))
+    if isinstance(outcome, Poisoned):
+        logger.warning(
+            "record moved to the poison queue",
+            extra={"messageId": record.message_id, "poisonMessageId": outcome.message_id, "reason": outcome.reason},
+        )
+        metrics.add_metric(name="OrdersPoisoned", unit=MetricUnit.Count, value=1)
+        return
+    decision = outcome.decision
     logger.info(
         "order decided",
         extra={
-            "orderId": str(message.order_id),
+            "orderId": str(outcome.order.order_id),
             "status": decision.status,
             "reason": decision.reason,
             "changed": decision.changed,

@@ -40,6 +40,8 @@ class Settings:
     status_ttl_seconds: int
     # Require TLS to MySQL and verify the server's certificate (RDS Proxy requires TLS).
     db_tls: bool = False
+    # Where the persister moves records that can never be stored (unset: they fail and are dead-lettered).
+    order_poison_queue_url: str = ""
 
     @classmethod
     def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> Settings:
@@ -61,4 +63,5 @@ class Settings:
             status_ttl_seconds=int(env.get("SECKILL_STATUS_TTL_SECONDS", str(15 * 86400))),
             # Credentials from Secrets Manager mean a managed database in AWS: TLS unless told otherwise.
             db_tls=_flag(env.get("DB_TLS")) if env.get("DB_TLS") else bool(env.get("DB_SECRET_ARN")),
+            order_poison_queue_url=env.get("ORDER_POISON_QUEUE_URL", ""),
         )

@@ -21,7 +21,8 @@ _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class MalformedMessage(ValueError):
-    """A body that is not an order message: it can never succeed, so it goes to the DLQ."""
+    """A body that is not an order message: it can never succeed, so it goes to the
+    poison queue, or without one fails until SQS dead-letters it (seckill.poison)."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def migrate(creds: Credentials) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m seckill.migrate",
+        prog="seckill-migrate",
         description="Create the seckill database (named by DB_NAME) if missing, then its tables. Idempotent.",
     )
     parser.parse_args(argv)

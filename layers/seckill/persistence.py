@@ -41,7 +41,8 @@ class _Duplicate(Exception):
 class OrderIdConflict(RuntimeError):
     """Another order is stored under this order id: the id counter went back (a Redis
     failover or restart within the same second). Never absorbed as a redelivery: the
-    record fails, reaches the DLQ and its alarm, and waits for an operator."""
+    record can never be stored, so it goes to the poison queue (or, without one, fails
+    and reaches the DLQ), raises its alarm and waits for an operator."""
 
 
 def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:

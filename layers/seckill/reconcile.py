@@ -213,7 +213,7 @@ def reconcile(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m seckill.reconcile",
+        prog="seckill-reconcile",
         description="Resolve stale pending reservations (re-queue or release) and repair Redis/MySQL drift "
         "once the order queue is drained. Safe to run at any time and repeatedly. Exit 0 when nothing "
         "is left drifting, 1 when drift remains (e.g. the queue was not drained).",

@@ -243,7 +243,7 @@ def recover(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m seckill.recovery",
+        prog="seckill-recovery",
         description="Rebuild the Redis state (stock, buyers, sale window) of every voucher on sale from MySQL, "
         "after Redis lost its data. It first waits for the order queue (ORDER_QUEUE_URL) to drain and reads "
         "the dead-letter queue (ORDER_DLQ_URL) without consuming it: orders still waiting count as sold. "

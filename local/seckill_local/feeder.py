@@ -10,6 +10,7 @@ whole batch.
 
 from __future__ import annotations
 
+import base64
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,8 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
                 "messageAttributes": {
                     name: {
                         "stringValue": a.get("StringValue"),
-                        "binaryValue": a.get("BinaryValue"),
+                        # Lambda passes binary values base64-encoded, as JSON must.
+                        "binaryValue": base64.b64encode(a["BinaryValue"]).decode() if "BinaryValue" in a else None,
                         "stringListValues": [],
                         "binaryListValues": [],
                         "dataType": a["DataType"],

@@ -1,0 +1,105 @@
+"""OrderQueue's records that can never be stored, and the poison queue that keeps them apart.
+
+A malformed message never succeeds, and neither does an order whose id already
+belongs to another order. Neither is ever silently dropped: without a poison
+queue (``ORDER_POISON_QUEUE_URL`` unset) the record fails, SQS retries it and
+then dead-letters it. With one, the record is sent there unchanged (same body,
+same message attributes, plus ``reason``) and acknowledged; if that send fails,
+the record fails as before. So the dead-letter queue holds only orders a replay
+can store, and SQS's own redrive can move all of it back.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from seckill.db import Database
+from seckill.gate import Gate
+from seckill.messages import MalformedMessage, OrderMessage
+from seckill.persistence import Decision, OrderIdConflict, persist_order
+
+REASON_ATTRIBUTE = "reason"
+MAX_REASON = 1024  # characters of the reason kept in the attribute
+MAX_ATTRIBUTES = 10  # SQS's limit of message attributes per message
+
+
+class PoisonMoveFailed(Exception):
+    """The record could not be sent to the poison queue: it fails, and SQS retries it."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """An order the database decided (or had decided at an earlier delivery)."""
+
+    order: OrderMessage
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class Poisoned:
+    """A record sent to the poison queue and acknowledged."""
+
+    reason: str
+    message_id: str  # of the copy on the poison queue
+
+
+def send_attributes(record_attributes: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+    """A Lambda SQS record's ``messageAttributes`` as SendMessage takes them, with the reason added."""
+    attributes: dict[str, Any] = {}
+    for name, value in (record_attributes or {}).items():
+        if name == REASON_ATTRIBUTE:
+            continue
+        data_type = value.get("dataType") or value.get("DataType")
+        if value.get("stringValue") is not None:
+            attributes[name] = {"DataType": data_type, "StringValue": value["stringValue"]}
+        elif value.get("binaryValue") is not None:
+            attributes[name] = {"DataType": data_type, "BinaryValue": base64.b64decode(value["binaryValue"])}
+    if len(attributes) >= MAX_ATTRIBUTES:  # keep room for the reason; the body is what matters
+        attributes = dict(list(attributes.items())[: MAX_ATTRIBUTES - 1])
+    attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": reason[:MAX_REASON] or "unknown"}
+    return attributes
+
+
+class PoisonQueue:
+    def __init__(self, sqs: Any, queue_url: str) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+
+    def send(self, body: str, reason: str, record_attributes: dict[str, Any] | None = None) -> str:
+        """Sends the body unchanged; returns the new message id. Raises PoisonMoveFailed."""
+        try:
+            response = self.sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=body,
+                MessageAttributes=send_attributes(record_attributes, reason),
+            )
+        except Exception as exc:
+            raise PoisonMoveFailed(f"could not move the record to the poison queue: {exc}") from exc
+        return str(response["MessageId"])
+
+
+def unstorable_reason(exc: Exception) -> str | None:
+    """Why a record can never be stored, or None when a retry may succeed."""
+    if isinstance(exc, MalformedMessage):
+        return str(exc)
+    if isinstance(exc, OrderIdConflict):
+        return f"order id conflict: {exc}"
+    return None
+
+
+def take_record(
+    db: Database, gate: Gate, poison: PoisonQueue | None, body: str, attributes: dict[str, Any] | None = None
+) -> Decided | Poisoned:
+    """Decide one OrderQueue record. A record that can never be stored goes to the
+    poison queue when there is one; otherwise (or when that fails) the exception
+    propagates and the record is a batch item failure. Retryable errors always propagate."""
+    try:
+        order = OrderMessage.from_json(body)
+        return Decided(order, persist_order(db, gate, order))
+    except (MalformedMessage, OrderIdConflict) as exc:
+        reason = unstorable_reason(exc)
+        if poison is None or reason is None:
+            raise
+        return Poisoned(reason=reason, message_id=poison.send(body, reason, attributes))
