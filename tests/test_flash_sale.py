@@ -47,7 +47,9 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str) ->
     assert report["errors"] == 0
     assert report["redis_stock"] == report["mysql_stock"] == 0
     assert report["redelivered"] == 30
-    assert sum(report["refusals"].values()) == 330
+    # Every other press was refused, but for a second press of the same user that took
+    # over the first one's reservation while it ran: it is answered 202 with the same id.
+    assert 300 <= sum(report["refusals"].values()) <= 330
     assert set(report["refusals"]) <= {"SOLD_OUT", "DUPLICATE_ORDER"}
     assert all(check["ok"] for check in report["checks"])
     assert "All invariants hold." in result.stdout
@@ -62,7 +64,8 @@ def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str) -> N
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())
     assert report["accepted"] == report["confirmed"] == 10
-    assert report["refusals"] == {"DUPLICATE_ORDER": 30}
+    assert set(report["refusals"]) == {"DUPLICATE_ORDER"}
+    assert 20 <= report["refusals"]["DUPLICATE_ORDER"] <= 30  # a resumed press is a 202 with the same id
     assert report["redis_stock"] == report["mysql_stock"] == 15
 
 
