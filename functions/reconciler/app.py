@@ -7,7 +7,6 @@ A scheduled event carries no options; an operator may invoke it with
 from __future__ import annotations
 
 import warnings
-from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -20,7 +19,7 @@ from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate
 from seckill.messages import OrderQueue, queue_depth, wait_drained
-from seckill.reconcile import DEFAULT_PENDING_AGE, MIN_PENDING_AGE, reconcile
+from seckill.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
 from seckill.recovery import read_dead_letters
 from seckill.scripts import Scripts
 
@@ -41,11 +40,8 @@ db = Database.from_settings(settings)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    pending_age = timedelta(seconds=float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds())))
-    if pending_age < MIN_PENDING_AGE:
-        raise ValueError(
-            f"pendingAgeSeconds must be at least {MIN_PENDING_AGE.seconds}: a younger reservation may be live"
-        )
+    seconds = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds()))
+    pending_age = operator_pending_age(seconds, "pendingAgeSeconds")
     if not redis.exists(keys.loaded()):
         # Redis lost its data: let the queue drain first, so the rebuilt stock counts
         # every accepted order (the gate answers 503 meanwhile).

@@ -20,10 +20,9 @@ from seckill.hints import CONFIRMED, FAILED, PENDING
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.timeutil import from_db, from_ms
+from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
-
-ON_SALE = 1  # tb_voucher.status
 
 
 def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int) -> int:

@@ -61,6 +61,14 @@ MIN_PENDING_AGE = timedelta(seconds=30)
 DEFAULT_PENDING_AGE = timedelta(minutes=2)
 
 
+def operator_pending_age(seconds: float, name: str) -> timedelta:
+    """A pending age an operator asked for (option or event field ``name``), refused
+    below the floor."""
+    if seconds < MIN_PENDING_AGE.total_seconds():
+        raise ValueError(f"{name} must be at least {MIN_PENDING_AGE.seconds}: a younger reservation may be live")
+    return timedelta(seconds=seconds)
+
+
 @dataclass
 class VoucherReconciled:
     voucher_id: int
@@ -229,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--voucher", type=int, action="append", help="only this voucher (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     args = parser.parse_args(argv)
-    if args.pending_age < MIN_PENDING_AGE.total_seconds():
-        parser.error(f"--pending-age must be at least {MIN_PENDING_AGE.seconds}: a younger reservation may be live")
+    try:
+        pending_age = operator_pending_age(args.pending_age, "--pending-age")
+    except ValueError as exc:
+        parser.error(str(exc))
     settings = Settings.from_env()
     if not settings.order_queue_url:
         parser.error("ORDER_QUEUE_URL must name the order queue")
@@ -243,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
         dead_letters=lambda: read_dead_letters(sqs, settings.order_dlq_url)[0],
         hint_ttl=settings.status_ttl_seconds,
-        pending_age=timedelta(seconds=args.pending_age),
+        pending_age=pending_age,
         repair=not args.no_repair,
         voucher_ids=args.voucher,
     )
