@@ -10,6 +10,7 @@ a 503 succeeds at once; no more 202s than stock.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -312,3 +313,24 @@ def test_a_send_botocore_never_made_is_refused(
     client = boto3.session.Session().client("sqs", endpoint_url=sqs_endpoint, region_name="us-east-1")
     queue = OrderQueue(client, queues["OrderQueue"])
     assert queue.send(OrderMessage(123, 7, 8, datetime.now(UTC))) is Sent.REFUSED
+
+
+def test_a_client_shared_with_an_order_queue_still_sends_on_its_own(sqs: Any, queues: dict[str, str]) -> None:
+    """The attempt watcher hooks the client itself: a send made without OrderQueue, from
+    a thread that never used it, must go through untouched (it once raised after SQS
+    had stored the message, twice)."""
+    url = queues["OrderQueue"]
+    OrderQueue(sqs, url)
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sqs.send_message(QueueUrl=url, MessageBody="direct")
+        except Exception as exc:  # what the test looks for
+            errors.append(exc)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert [m["Body"] for m in drain(sqs, url)] == ["direct"]

@@ -101,7 +101,9 @@ def dead_lettered_orders(sqs: Any, dlq_url: str, *, hold_seconds: int = 10) -> t
         batch = sqs.receive_message(
             QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=hold_seconds, WaitTimeSeconds=1
         ).get("Messages", [])
-        if not batch:
+        if not batch or any(m["MessageId"] in seen for m in batch):
+            # Empty, or the first messages are visible again: the queue was read whole.
+            handles.extend(m["ReceiptHandle"] for m in batch)
             break
         for m in batch:
             handles.append(m["ReceiptHandle"])
@@ -138,12 +140,14 @@ def _nothing_stored(error: BaseException | None, status: int | None) -> bool:
     return status is not None and status < 500
 
 
-# Per thread: one send at a time, whichever OrderQueue or client makes it.
+# Per thread: the attempts of the OrderQueue.send under way, if any.
 _send = threading.local()
 
 
 def _watch_attempt(response: Any = None, caught_exception: BaseException | None = None, **_: Any) -> None:
     """botocore's ``needs-retry`` event, after every attempt of a SendMessage call."""
+    if not getattr(_send, "watching", False):
+        return  # a send of the same client made without OrderQueue
     _send.attempts += 1
     status = response[0].status_code if response else None
     if (caught_exception is not None or (status is not None and status >= 300)) and not _nothing_stored(
@@ -166,7 +170,7 @@ class OrderQueue:
         sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
 
     def send(self, message: OrderMessage) -> Sent:
-        _send.in_doubt, _send.attempts = False, 0
+        _send.watching, _send.in_doubt, _send.attempts = True, False, 0
         try:
             self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())
         except Exception as exc:
@@ -174,4 +178,6 @@ class OrderQueue:
             if _send.attempts and (_send.in_doubt or not _nothing_stored(exc, None)):
                 return Sent.IN_DOUBT
             return Sent.REFUSED
+        finally:
+            _send.watching = False
         return Sent.SENT
