@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format services clean sam-setup validate build
+.PHONY: help setup demo test lint format services clean sam-setup validate build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ test: setup services validate build ## validate and build the SAM app, lint, the
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(ARGS)
+
+bench: setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python -m benchmarks $(ARGS)
 
 format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
