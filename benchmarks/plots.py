@@ -122,13 +122,17 @@ def _persister(persister: dict[str, Any], out: Path) -> list[Path]:
     fig.savefig(bars, dpi=110)
     plt.close(fig)
 
-    drain = persister["drain"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([t for t, _ in drain["curve"]], [n for _, n in drain["curve"]])
-    ax.axhline(drain["orders"], color="gray", linestyle=":")
+    for drain in (persister["drain"], persister["drain_via_sqs"]):
+        ax.plot(
+            [t for t, _ in drain["curve"]],
+            [n for _, n in drain["curve"]],
+            label=f"{drain['orders']:,} from {drain['via']}",
+        )
     ax.set_xlabel("seconds")
     ax.set_ylabel("orders stored")
-    ax.set_title(f"Draining {drain['orders']:,} queued orders of one voucher ({drain['concurrency']} containers)")
+    ax.set_title(f"Draining the orders of one voucher ({persister['drain']['concurrency']} persister containers)")
+    ax.legend()
     fig.tight_layout()
     curve = out / "persister_drain.png"
     fig.savefig(curve, dpi=110)

@@ -215,12 +215,14 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                 f"{r['usage']['redis_commands']:.2f}",
             )
         console.print(table)
-        d = p["drain"]
-        console.print(
-            f"drain: {d['stored']:,} of {d['orders']:,} queued orders stored in {d['seconds']:.1f} s "
-            f"({d['rows_per_s']:,.0f} rows/s, {d['concurrency']} containers, batches of 10); "
-            f"the pollers spent {d['transport_share']:.0%} of their time in SQS (moto)."
-        )
+        for d in (p["drain"], p["drain_via_sqs"]):
+            transport_note = (
+                f"; the pollers spent {d['transport_share']:.0%} of their time in SQS" if d["transport_share"] else ""
+            )
+            console.print(
+                f"drain from {d['via']}: {d['stored']:,} of {d['orders']:,} orders stored in {d['seconds']:.1f} s "
+                f"({d['rows_per_s']:,.0f} rows/s, {d['concurrency']} containers, batches of 10){transport_note}."
+            )
     if "cold_start" in report:
         table = Table(title="(5) Cold start: fresh-process `import app` vs its libraries' bare imports (medians)")
         for col in (

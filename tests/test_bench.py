@@ -37,9 +37,10 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert {(c["scenario"], c["side"]) for c in sales} == {(s, side) for s in "ac" for side in ("ours", "baseline")}
     for check in sales:  # both sides sold exactly the stock, one order per user
         assert check["exact"] is True, check
-        assert check["answered_ok"] == check["orders_in_mysql"] == check["distinct_users_in_mysql"] == stock
+        assert check["order_ids_answered"] == check["orders_in_mysql"] == check["users_in_mysql"] == stock
+        assert check["users_with_two_order_ids"] == 0
         assert check["mysql_stock_left"] == 0
-    assert all(c["answered_ok"] == 0 for c in experiment["checks"] if c["scenario"] == "b")
+    assert all(c["presses_answered_ok"] == 0 for c in experiment["checks"] if c["scenario"] == "b")
     rows = {(r["scenario"], r["side"]): r for r in experiment["results"]}
     assert set(rows) == {(s, side) for s in "abc" for side in ("ours", "baseline")}
     for row in rows.values():
