@@ -7,7 +7,9 @@ Three contenders per kind of press:
 - ``place_order``: ``seckill.orders.place_order`` on the same clients the
   handler builds (Gate, OrderQueue, Database), without the HTTP layer;
 - ``evalsha``: a bare redis-py ``EVALSHA`` of the same gate script on a plain
-  client: the floor, one Redis round trip.
+  client: the floor, one Redis round trip;
+- ``id_before_gate`` (refusals only): the design not taken, the order id made
+  (one INCR) before the gate, so that every loser pays for it too.
 
 Kinds of press: refused with the refusal cache off (SOLD_OUT from Redis),
 refused with the sold-out cache warm (no Redis at all), duplicate (the user
@@ -40,6 +42,7 @@ from seckill.config import Settings
 from seckill.db import Database, connect
 from seckill.errors import SeckillError
 from seckill.gate import Gate
+from seckill.ids import next_order_id
 from seckill.messages import OrderQueue
 from seckill.scripts import Scripts, read_script
 from seckill_local.lambdas import LocalContext, load_handler
@@ -120,10 +123,17 @@ class Paths:
         names = keys.voucher_keys(voucher)
         tokens = [uuid.uuid4().hex for _ in users]
         codes = {0: "202", 4: "409 SOLD_OUT", 5: "409 DUPLICATE_ORDER"}
-        return lambda: [
-            codes.get(int(self.bare.evalsha(self.gate_sha, len(names), *names, u, t)[0]), "?")
-            for u, t in zip(users, tokens, strict=True)
-        ]
+        id_first = contender == "id_before_gate"  # the design not taken: every loser pays the INCR too
+
+        def evalsha() -> list[Any]:
+            answers = []
+            for u, t in zip(users, tokens, strict=True):
+                if id_first:
+                    next_order_id(self.bare)
+                answers.append(codes.get(int(self.bare.evalsha(self.gate_sha, len(names), *names, u, t)[0]), "?"))
+            return answers
+
+        return evalsha
 
     def measure(self, kind: str, contender: str, n: int) -> dict[str, Any]:
         loop = self.requests(kind, contender, n)
@@ -152,6 +162,7 @@ def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
     """In a process of its own (it imports the handler)."""
     paths = Paths(info)
     plan = [(kind, c) for kind in KINDS for c in CONTENDERS if not (kind == "refused_cache_warm" and c == "evalsha")]
+    plan.append(("refused_cache_off", "id_before_gate"))
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in plan}
     for r in range(sizes.rounds):
         for kind, contender in plan[r % len(plan) :] + plan[: r % len(plan)]:
