@@ -94,8 +94,12 @@ class Paths:
         self.open_sale = create_voucher(db, self.redis, 10_000_000)
         self.buyer = far_id()
         # One real sale each: the sold-out voucher's only unit, and the duplicate's first order.
-        orders.place_order(self.gate_cold, self.queue, self.db, self.sold_out, far_id(), status_ttl=self.ttl)
-        orders.place_order(self.gate_cold, self.queue, self.db, self.open_sale, self.buyer, status_ttl=self.ttl)
+        orders.place_order(
+            self.gate_cold, self.redis, self.queue, self.db, self.sold_out, far_id(), status_ttl=self.ttl
+        )
+        orders.place_order(
+            self.gate_cold, self.redis, self.queue, self.db, self.open_sale, self.buyer, status_ttl=self.ttl
+        )
 
     def requests(self, kind: str, contender: str, n: int) -> Callable[[], list[Any]]:
         """A loop of n requests of this kind; returns what each answered."""
@@ -113,7 +117,7 @@ class Paths:
                 answers = []
                 for u in users:
                     try:
-                        orders.place_order(gate, self.queue, self.db, voucher, u, status_ttl=self.ttl)
+                        orders.place_order(gate, self.redis, self.queue, self.db, voucher, u, status_ttl=self.ttl)
                         answers.append("202")
                     except SeckillError as error:
                         answers.append(f"{error.status} {error.code}")
@@ -140,7 +144,9 @@ class Paths:
         if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
             self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
             with contextlib.suppress(SeckillError):
-                orders.place_order(self.gate_warm, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl)
+                orders.place_order(
+                    self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
+                )
         sent = self.timer.total
         before = self.counters.snapshot()
         started = time.perf_counter()

@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from seckill_local.template import ROOT
+
+pytestmark = pytest.mark.e2e
 
 SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start")
 
