@@ -43,6 +43,8 @@ OPTIONAL: dict[str, str] = {
     "AWS_ENDPOINT_URL_SQS": "local SQS only; declared as AWS::NoValue for sam local",
     "SECKILL_REFUSAL_CACHE_SECONDS": "tuning with a default",
     "SECKILL_STATUS_TTL_SECONDS": "tuning with a default",
+    "AWS_LAMBDA_INITIALIZATION_TYPE": "set by Lambda: on-demand, provisioned-concurrency or snap-start",
+    "_X_AMZN_TRACE_ID": "set by Lambda per invocation: whether X-Ray samples it",
 }
 
 
