@@ -46,7 +46,7 @@ warmup.prepare(warmup.Connections(redis, db, [sqs] if poison else []))
 
 @tracer.capture_method
 def record_handler(record: SQSRecord) -> None:
-    outcome = take_record(db, gate, poison, record.body, record.raw_event.get("messageAttributes"))
+    outcome = take_record(db, redis, gate, poison, record.body, record.raw_event.get("messageAttributes"))
     if isinstance(outcome, Poisoned):
         logger.warning(
             "record moved to the poison queue",

@@ -93,7 +93,8 @@ def press(event: dict[str, Any]) -> Response:
     try:
         user_id = user_of(event)
         voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
-        order_id = orders.place_order(gate, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+        ttl = settings.status_ttl_seconds
+        order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=ttl)
     except Exception as error:
         return error_response(error)
     metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
