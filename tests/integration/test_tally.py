@@ -13,7 +13,7 @@ from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from seckill.tally import Tally
-from tests.conftest import body, load_event, new_user
+from tests.helpers import body, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 

@@ -23,7 +23,7 @@ from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
-from tests.conftest import body, closed_port, load_event, new_user
+from tests.helpers import body, closed_port, load_event, new_user
 
 Hooks = tuple[list[Any], list[Any]]
 
