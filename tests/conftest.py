@@ -26,9 +26,9 @@ from seckill.gate import Gate
 from seckill.migrate import migrate
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens
+from seckill_demo.stack import free_port
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
-from seckill_local.stack import free_port
 from seckill_local.template import ROOT, Template
 
 EVENTS = ROOT / "events"

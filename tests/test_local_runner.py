@@ -10,6 +10,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -29,13 +30,13 @@ from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
 from seckill.tokens import store_tokens
+from seckill_demo.faults import PrivateRedis
+from seckill_demo.stack import free_port
 from seckill_local.api import LocalHttpApi, make_server
-from seckill_local.chaos import PrivateRedis
 from seckill_local.feeder import QueueFeeder
-from seckill_local.lambdas import FunctionPool
+from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
 from seckill_local.runner import Runner, rate_seconds, scheduled_event
 from seckill_local.sqs import ensure_queues
-from seckill_local.stack import free_port, local_parameters
 from seckill_local.template import ROOT, TEMPLATE, Template
 from tests.conftest import EVENTS, closed_port, db_rows, drain, new_user
 
@@ -383,6 +384,47 @@ def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
 def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None:
     status, _, answer = http(f"{api_url}{path}", method)
     assert (status, answer) == (404, {"message": "Not Found"})
+
+
+# --- the worker-start hook ---------------------------------------------------------------------
+
+HOOK_LOG = "SECKILL_TEST_HOOK_LOG"
+
+
+def record_container_start(function: str, container: int) -> None:
+    """A worker hook (named by SECKILL_LOCAL_WORKER_HOOK): one line per container that starts."""
+    handler_imported = any(name.startswith(f"_local_{function}_") for name in sys.modules)
+    with open(os.environ[HOOK_LOG], "a", encoding="utf-8") as log:
+        log.write(f"{function} {container} {os.getpid()} {handler_imported}\n")
+
+
+def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runner, tmp_path: Path) -> None:
+    log = tmp_path / "starts.log"
+    fn = runner.function("AuthorizerFunction")
+    env = runner.environment(fn) | {
+        WORKER_HOOK: "tests.test_local_runner:record_container_start",
+        HOOK_LOG: str(log),
+    }
+    pool = FunctionPool(fn, env, 2)
+    try:
+        pool.warm()
+        assert pool.invoke(json.loads((EVENTS / "authorizer.json").read_text())) == {"isAuthorized": False}
+    finally:
+        pool.close()
+    starts = sorted(line.split() for line in log.read_text().splitlines())
+    assert [(name, number, imported) for name, number, _, imported in starts] == [
+        ("AuthorizerFunction", "0", "False"),
+        ("AuthorizerFunction", "1", "False"),
+    ]
+    assert len({pid for _, _, pid, _ in starts}) == 2
+    assert str(os.getpid()) not in {pid for _, _, pid, _ in starts}
+
+
+@pytest.mark.parametrize("spec", ["tests.test_local_runner:no_such_function", "no_such_module:hook", "no colon"])
+def test_a_worker_hook_that_names_nothing_is_refused_before_any_container_starts(runner: Runner, spec: str) -> None:
+    fn = runner.function("AuthorizerFunction")
+    with pytest.raises(ValueError, match="SECKILL_LOCAL_WORKER_HOOK"):
+        FunctionPool(fn, runner.environment(fn) | {WORKER_HOOK: spec}, 1)
 
 
 # --- the SQS feeder with the real persister ---------------------------------------------------

@@ -7,6 +7,9 @@
   seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.
+SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
+is called in each function's container as it starts, with the function's logical id
+and the container's number.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
-from seckill_local.lambdas import FunctionPool, function_environment, invoke, load_handler, read_env_vars
+from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import TEMPLATE, Function, Template
 
@@ -100,12 +103,11 @@ def cmd_start_sqs(args: argparse.Namespace) -> int:
 def cmd_invoke(args: argparse.Namespace) -> int:
     runner = Runner(args)
     fn = runner.function(args.logical_id)
-    os.environ.update(runner.environment(fn))
     event = json.loads(Path(args.event).read_text(encoding="utf-8")) if args.event else {}
     # As sam local invoke: the function's logs (Powertools writes to stdout) go to stderr,
     # so stdout carries only the result.
     with contextlib.redirect_stdout(sys.stderr):
-        result = invoke(fn, load_handler(fn), event)
+        result = invoke(fn, start_function(fn, runner.environment(fn)), event)
     print(json.dumps(result, indent=2))
     return 0
 

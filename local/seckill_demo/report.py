@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,17 +11,7 @@ from rich.table import Table
 
 from seckill import keys
 from seckill.db import Database
-
-
-@dataclass
-class Press:
-    """One button press as the client saw it."""
-
-    user_id: int
-    status: int
-    code: str | None
-    order_id: str | None
-    latency_ms: float
+from seckill_demo.load import Press
 
 
 @dataclass
@@ -45,6 +34,7 @@ class Fault:
 @dataclass
 class Report:
     voucher_id: int
+    seed: int  # the run's random draws: --seed replays them
     users: int
     stock: int
     presses_per_user: int
@@ -68,13 +58,6 @@ class Report:
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        return {"p50": values[0] if values else 0.0, "p95": 0.0, "p99": 0.0, "max": max(values, default=0.0)}
-    q = statistics.quantiles(values, n=100, method="inclusive")
-    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": max(values)}
 
 
 @dataclass(frozen=True)
@@ -206,6 +189,7 @@ def render(report: Report, console: Console | None = None) -> None:
     table.add_row(
         "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
     )
+    table.add_row("seed", str(report.seed))
     out.print(table)
     if report.faults:
         faults = Table(title="Faults injected")
@@ -221,4 +205,7 @@ def render(report: Report, console: Console | None = None) -> None:
     for c in report.checks:
         checks.add_row("[green]PASS[/]" if c.ok else "[red]FAIL[/]", c.name, c.detail)
     out.print(checks)
-    out.print("[bold green]All invariants hold.[/]" if report.ok else "[bold red]Invariants violated.[/]")
+    if report.ok:
+        out.print("[bold green]All invariants hold.[/]")
+    else:
+        out.print(f"[bold red]Invariants violated:[/] replay with --seed {report.seed}")
