@@ -13,7 +13,6 @@ restarted empty mid-sale. Every draw comes from the run's seed.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -23,10 +22,9 @@ from typing import TYPE_CHECKING
 import pymysql
 from rich.progress import Progress
 
-from seckill.config import Settings
 from seckill.db import Credentials
 from seckill.reconcile import MIN_PENDING_AGE
-from seckill.recovery import recover
+from seckill.recovery import recover_if_lost
 from seckill.tokens import store_tokens
 from seckill_demo.faults import ENV as FAULTS_ENV
 from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, record, rng
@@ -142,10 +140,9 @@ class Chaos:
         sale.stack.pause_feeder(False)
         self.private_redis.start()
         store_tokens(sale.redis, tokens, ttl_seconds=3600)
-        settings = Settings.from_env({**os.environ, "ORDER_QUEUE_URL": sale.queue_url, "ORDER_DLQ_URL": sale.dlq_url})
         for attempt in range(5):  # the connection killer may hit this run's own connections too
             try:
-                done = recover(sale.db, sale.redis, sale.gate.scripts, sale.sqs, settings, wait=15)
+                done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
                 if not done.blocked:
                     break
                 record(self.log, "redis-rebuild-deferred", why=done.blocked)
@@ -153,7 +150,7 @@ class Chaos:
                 sale.db.close()
             time.sleep(0.2 * (attempt + 1))
         else:
-            return  # the periodic reconciliation rebuilds it once it can
+            return  # the periodic reconciliation (which recovers first) rebuilds it once it can
         rebuilt = sum(r.applied for r in done.rebuilt)
         record(self.log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
 

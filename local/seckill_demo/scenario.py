@@ -24,10 +24,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from seckill.config import Settings
 from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.reconcile import reconcile
-from seckill.recovery import read_dead_letters
+from seckill.recovery import recover_if_lost
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens
 from seckill_demo.chaos import MALFORMED, Chaos
@@ -69,11 +68,14 @@ class Sale:
     dlq_url: str = ""
     poison_url: str = ""
     voucher_id: int = 0
-    gate: Gate = field(init=False)
+    scripts: Scripts = field(init=False)
 
     def __post_init__(self) -> None:
-        # The client reconnects after a Redis restart and reloads scripts by SHA: one gate serves the run.
-        self.gate = Gate(self.redis, Scripts.register(self.redis))
+        # The client reconnects after a Redis restart and reloads scripts by SHA: one registration serves the run.
+        self.scripts = Scripts.register(self.redis)
+
+    def settings(self) -> Settings:
+        return Settings.from_env({**os.environ, "ORDER_QUEUE_URL": self.queue_url, "ORDER_DLQ_URL": self.dlq_url})
 
     def create_voucher(self) -> int:
         now = datetime.now(UTC)
@@ -151,18 +153,20 @@ class Sale:
         return bodies
 
     def reconcile(self, pending_age: timedelta = timedelta(0)) -> dict[str, int]:
-        """One reconciliation pass (after the sale no request is in flight: any age is stale)."""
+        """What ReconcilerFunction does, for this sale's voucher: recovery if Redis lost
+        data, then one reconciliation pass (after the sale no request is in flight: any
+        age is stale)."""
+        recovery = recover_if_lost(self.db, self.redis, self.scripts, self.sqs, self.settings(), wait=0)
         result = reconcile(
             self.db,
-            self.gate,
+            self.redis,
+            self.scripts,
             OrderQueue(self.sqs, self.queue_url),
             drained=queue_depth(self.sqs, self.queue_url) == 0,
-            dead_letters=lambda: read_dead_letters(self.sqs, self.dlq_url)[0],
-            hint_ttl=Settings.from_env().status_ttl_seconds,
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
-        return result.totals()
+        return {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
 
     def failed_reasons(self) -> dict[str, int]:
 
