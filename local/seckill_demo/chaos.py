@@ -28,14 +28,14 @@ from seckill.recovery import recover_if_lost
 from seckill.tokens import store_tokens
 from seckill_demo.faults import ENV as FAULTS_ENV
 from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, record, rng
-from seckill_demo.load import Press
+from seckill_demo.load import TOKEN_TTL, Press
 from seckill_demo.proxy import LossyProxy
 from seckill_demo.report import Fault
 from seckill_demo.stack import free_port
 from seckill_local.lambdas import WORKER_HOOK
 
 if TYPE_CHECKING:
-    from seckill_demo.scenario import Sale
+    from seckill_demo.scenario import LocalSale
 
 # Per function: every fault on, at rates a 1,000-user sale notices.
 RATES = {
@@ -84,7 +84,7 @@ class Chaos:
         }
 
     def fire(
-        self, sale: Sale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
+        self, sale: LocalSale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
     ) -> tuple[list[Press], float]:
         """The presses, under fire."""
         assert self.proxy is not None
@@ -125,7 +125,7 @@ class Chaos:
             if self.armed.exists():
                 self.proxy.drop_replies = REPLY_LOSS_BURST
 
-    def restart_redis(self, sale: Sale, tokens: dict[int, str]) -> None:
+    def restart_redis(self, sale: LocalSale, tokens: dict[int, str]) -> None:
         """Two incidents at once. The persister has been down since the sale began
         (throttled, or MySQL unreachable) and half of the orders waiting for it have
         been dead-lettered, as SQS does after maxReceiveCount; then Redis dies and comes
@@ -139,7 +139,7 @@ class Chaos:
         record(self.log, "messages-dead-lettered", count=moved)
         sale.stack.pause_feeder(False)
         self.private_redis.start()
-        store_tokens(sale.redis, tokens, ttl_seconds=3600)
+        store_tokens(sale.redis, tokens, ttl_seconds=TOKEN_TTL)
         for attempt in range(5):  # the connection killer may hit this run's own connections too
             try:
                 done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
@@ -155,7 +155,12 @@ class Chaos:
         record(self.log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
 
     def faults_table(
-        self, sale: Sale, presses: list[Press], reconciled: dict[str, int], dlq: tuple[int, int], poisoned: list[str]
+        self,
+        sale: LocalSale,
+        presses: list[Press],
+        reconciled: dict[str, int],
+        dlq: tuple[int, int],
+        poisoned: list[str],
     ) -> list[Fault]:
         log = read_log(self.log)
         injected = Counter(line["fault"] for line in log)
@@ -227,7 +232,7 @@ class Chaos:
         ]
 
 
-def dead_letter_half_of_the_queue(sale: Sale) -> int:
+def dead_letter_half_of_the_queue(sale: LocalSale) -> int:
     """Move every other message of OrderQueue to its DLQ; the rest are visible again
     after the visibility timeout."""
     moved = seen = 0
@@ -243,7 +248,7 @@ def dead_letter_half_of_the_queue(sale: Sale) -> int:
     return moved
 
 
-def reconcile_periodically(sale: Sale, stop: threading.Event, totals: Counter[str]) -> None:
+def reconcile_periodically(sale: LocalSale, stop: threading.Event, totals: Counter[str]) -> None:
     """What ReconcilerFunction's schedule does in AWS, at a pace that fits a short sale."""
     while not stop.wait(RECONCILE_EVERY):
         try:

@@ -1,4 +1,5 @@
-"""``seckill-flash-sale``: the main job, a whole flash sale on this machine.
+"""``seckill-flash-sale``: the main job, a whole flash sale on this machine
+(or, with --endpoint and --stack-name, against a deployed stack).
 
 Applies the schema, starts moto SQS, the local HTTP API (authorizer included)
 and the queue feeder, creates a voucher whose sale is open now, mints users,
@@ -9,8 +10,12 @@ reports. ``--chaos`` injects faults all along (see ``seckill_demo.chaos``);
 every random draw of a run (the order of the presses, the faults) comes from
 ``--seed``, printed at the start and in the report.
 
+With ``--endpoint URL --stack-name NAME`` the same sale runs against a deployed
+stack with the caller's AWS credentials (see ``seckill_demo.deployed``); the
+report checks what can be seen from outside and names what cannot.
+
 Exit status: 0 every invariant (docs/invariants.md) holds; 1 one does not (or the run
-could not complete); 2 a local service is missing or an option is invalid.
+could not complete); 2 a local service or the stack is missing, or an option is invalid.
 """
 
 from __future__ import annotations
@@ -26,14 +31,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import urllib3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill.migrate import migrate
 from seckill_demo.chaos import Chaos
-from seckill_demo.scenario import Sale, console, run_sale
-from seckill_demo.sigv4 import AdminClient
+from seckill_demo.deployed import run_deployed_sale
+from seckill_demo.scenario import LocalSale, console, run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
 from seckill_local.sqs import LOCAL_AWS
@@ -67,11 +73,10 @@ def run(args: argparse.Namespace) -> int:
             stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-            sale = Sale(args, stack, redis, Database(creds), tmp, http, AdminClient(http, stack.api_url), chaos)
             with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
                 stack.start()
             console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
-            return run_sale(sale, creds)
+            return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http, chaos), creds)
         finally:
             if stack is not None:
                 stack.stop()
@@ -122,6 +127,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db-name", default=defaults.db_name, help="created if missing (default %(default)s, $DB_NAME)")
     p.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
+    deployed = p.add_argument_group(
+        "a deployed stack (instead of the local services; AWS credentials as boto3 finds them)"
+    )
+    deployed.add_argument(
+        "--endpoint", help="the stack's ApiEndpoint, e.g. https://abc123.execute-api.eu-west-1.amazonaws.com"
+    )
+    deployed.add_argument(
+        "--stack-name", help="the stack whose outputs name its queues and TokenMinterFunction (EnableTestTokens=true)"
+    )
+    deployed.add_argument("--region", help="the stack's region (default: the AWS configuration's)")
     return p
 
 
@@ -130,12 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("users", "stock", "presses", "concurrency", "containers", "shop_id", "first_user"):
         if getattr(args, name) < 1:
             parser().error(f"--{name.replace('_', '-')} must be at least 1")
+    if bool(args.endpoint) != bool(args.stack_name):
+        parser().error("--endpoint and --stack-name go together")
+    if args.endpoint and args.chaos:
+        parser().error("--chaos injects faults into the local services only, not with --endpoint")
     try:
-        return run(args)
+        return run_deployed_sale(args) if args.endpoint else run(args)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/] (replay with --seed {args.seed})")
         return 130
-    except RuntimeError as exc:
+    except (RuntimeError, BotoCoreError, ClientError) as exc:
         console.print(f"[bold red]{exc}[/]\nreplay with --seed {args.seed}")
         return 1
 

@@ -17,6 +17,7 @@ from rich.progress import Progress
 from seckill_demo.faults import rng
 
 TRY_AGAIN_RETRIES = 10  # how often the client app repeats a press answered 503 TRY_AGAIN
+TOKEN_TTL = 3600  # seconds the users' login tokens live: longer than any sale
 
 
 @dataclass

@@ -13,7 +13,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,14 @@ from seckill.recovery import recover_if_lost
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens
 from seckill_demo.chaos import MALFORMED, Chaos
-from seckill_demo.load import Press, fire, percentiles, promised
-from seckill_demo.report import Check, Outcome, Report, check_invariants, render
+from seckill_demo.load import TOKEN_TTL, Press, fire, promised
+from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
 from seckill_demo.sigv4 import AdminClient
 from seckill_demo.stack import LocalStack
 from seckill_local.sqs import sqs_client
 
 console = Console(stderr=True)
+QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
@@ -51,39 +52,35 @@ def decided(db: Database, voucher_id: int) -> tuple[int, int]:
     return db.run(count, read_only=True)
 
 
-@dataclass
 class Sale:
-    """Everything one run holds."""
+    """What a sale needs wherever it runs: the API, the signed admin client, the queues."""
 
-    args: argparse.Namespace
-    stack: LocalStack
-    redis: Any
-    db: Database
-    workdir: Path
-    http: urllib3.PoolManager
-    admin: AdminClient
-    chaos: Chaos | None = None
-    sqs: Any = None
-    queue_url: str = ""
-    dlq_url: str = ""
-    poison_url: str = ""
-    voucher_id: int = 0
-    scripts: Scripts = field(init=False)
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        api_url: str,
+        http: urllib3.PoolManager,
+        admin: AdminClient,
+        sqs: Any,
+        queues: dict[str, str],
+    ) -> None:
+        self.args = args
+        self.api_url = api_url
+        self.http = http
+        self.admin = admin
+        self.sqs = sqs
+        self.queue_url = queues["OrderQueue"]
+        self.dlq_url = queues["OrderDeadLetterQueue"]
+        self.poison_url = queues["OrderPoisonQueue"]
+        self.voucher_id = 0
 
-    def __post_init__(self) -> None:
-        # The client reconnects after a Redis restart and reloads scripts by SHA: one registration serves the run.
-        self.scripts = Scripts.register(self.redis)
-
-    def settings(self) -> Settings:
-        return Settings.from_env({**os.environ, "ORDER_QUEUE_URL": self.queue_url, "ORDER_DLQ_URL": self.dlq_url})
-
-    def create_voucher(self) -> int:
+    def create_voucher(self, what: str) -> None:
         now = datetime.now(UTC)
-        return self.admin.create_seckill_voucher(
+        self.voucher_id = self.admin.create_seckill_voucher(
             {
                 "shopId": self.args.shop_id,
                 "title": f"flash sale {now:%H:%M:%S}",
-                "subTitle": "local run",
+                "subTitle": what,
                 "rules": "one per user",
                 "payValue": 8000,
                 "actualValue": 10000,
@@ -101,7 +98,7 @@ class Sale:
         args = self.args
         return fire(
             self.http,
-            self.stack.api_url,
+            self.api_url,
             self.voucher_id,
             tokens,
             args.presses,
@@ -110,6 +107,70 @@ class Sale:
             args.seed,
             on_press,
         )
+
+    def redeliver(self, presses: list[Press]) -> int:
+        """Send every accepted order once more, as SQS may: nothing may change."""
+        bodies = [
+            OrderMessage(order_id, user_id, self.voucher_id, datetime.now(UTC)).to_json()
+            for order_id, user_id in promised(presses)
+        ]
+        for start in range(0, len(bodies), 10):
+            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+            self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        return len(bodies)
+
+    def figures(self, presses: list[Press], wall: float) -> dict[str, Any]:
+        """The report's figures about the sale and its presses."""
+        args = self.args
+        return {
+            "voucher_id": self.voucher_id,
+            "seed": args.seed,
+            "users": args.users,
+            "stock": args.stock,
+            "presses_per_user": args.presses,
+            **press_figures(presses, wall),
+        }
+
+    def status(self, order_id: int, token: str) -> tuple[str, str | None]:
+        """What the status route says of an order: (its status or the HTTP status, the reason it failed)."""
+        url = f"{self.api_url}/voucher-order/{order_id}"
+        response = self.http.request("GET", url, headers={"authorization": token})
+        if response.status != 200:
+            return str(response.status), None
+        data = json.loads(response.data)["data"]
+        return data["status"], data.get("reason")
+
+    def statuses(self, presses: list[Press], tokens: dict[int, str]) -> dict[int, tuple[str, str | None]]:
+        """What the status route says of every order id a client holds."""
+        return {order_id: self.status(order_id, tokens[user_id]) for order_id, user_id in promised(presses)}
+
+
+class LocalSale(Sale):
+    """A sale on the local stand-in, which also sees Redis and MySQL."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        stack: LocalStack,
+        redis: Any,
+        db: Database,
+        workdir: Path,
+        http: urllib3.PoolManager,
+        chaos: Chaos | None,
+    ) -> None:
+        sqs = sqs_client(stack.sqs_endpoint)
+        queues = {name: sqs.get_queue_url(QueueName=name)["QueueUrl"] for name in QUEUES}
+        super().__init__(args, stack.api_url, http, AdminClient(http, stack.api_url), sqs, queues)
+        self.stack = stack
+        self.redis = redis
+        self.db = db
+        self.workdir = workdir
+        self.chaos = chaos
+        # The client reconnects after a Redis restart and reloads scripts by SHA: one registration serves the run.
+        self.scripts = Scripts.register(redis)
+
+    def settings(self) -> Settings:
+        return Settings.from_env({**os.environ, "ORDER_QUEUE_URL": self.queue_url, "ORDER_DLQ_URL": self.dlq_url})
 
     def wait_drained(self, progress: Progress, what: str, need_decided: int = 0) -> bool:
         """Until the queue is empty and MySQL has decided at least ``need_decided`` orders."""
@@ -179,39 +240,27 @@ class Sale:
 
         return self.db.run(count, read_only=True)
 
-    def redeliver(self, presses: list[Press]) -> int:
-        """Send every accepted order once more, as SQS may: MySQL must not change."""
-        bodies = [
-            OrderMessage(order_id, user_id, self.voucher_id, datetime.now(UTC)).to_json()
-            for order_id, user_id in promised(presses)
-        ]
-        for start in range(0, len(bodies), 10):
-            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-            self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        return len(bodies)
 
-    def statuses(self, presses: list[Press], tokens: dict[int, str]) -> Counter[str]:
-        """What the status route says of every order id a client holds."""
-        seen: Counter[str] = Counter()
-        for order_id, user_id in promised(presses):
-            url = f"{self.stack.api_url}/voucher-order/{order_id}"
-            response = self.http.request("GET", url, headers={"authorization": tokens[user_id]})
-            seen[json.loads(response.data)["data"]["status"] if response.status == 200 else str(response.status)] += 1
-        return seen
-
-
-def run_sale(sale: Sale, creds: Credentials) -> int:
-    args = sale.args
-    sale.voucher_id = sale.create_voucher()
-    tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=3600)
-    console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
-    sale.sqs = sqs_client(sale.stack.sqs_endpoint)
-    sale.queue_url = sale.sqs.get_queue_url(QueueName="OrderQueue")["QueueUrl"]
-    sale.dlq_url = sale.sqs.get_queue_url(QueueName="OrderDeadLetterQueue")["QueueUrl"]
-    sale.poison_url = sale.sqs.get_queue_url(QueueName="OrderPoisonQueue")["QueueUrl"]
-
+def progress_bars() -> Progress:
     columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    return Progress(*columns, console=console)
+
+
+def finish(report: Report, args: argparse.Namespace) -> int:
+    """Print the report (and write it as JSON if asked); the exit status."""
+    render(report)
+    if args.json:
+        args.json.write_text(json.dumps(asdict(report) | {"ok": report.ok}, indent=2), encoding="utf-8")
+    return 0 if report.ok else 1
+
+
+def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
+    args = sale.args
+    sale.create_voucher("local run")
+    tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
+    console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
+
+    with progress_bars() as progress:
         reconciled: Counter[str] = Counter()
         if sale.chaos is not None:
             presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled)
@@ -235,7 +284,7 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
     checks = check_invariants(
         outcome,
         presses,
-        sale.statuses(presses, tokens),
+        Counter(status for status, _ in sale.statuses(presses, tokens).values()),
         stock=args.stock,
         users=args.users,
         chaos=sale.chaos is not None,
@@ -259,18 +308,7 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
             )
         )
     report = Report(
-        voucher_id=sale.voucher_id,
-        seed=args.seed,
-        users=args.users,
-        stock=args.stock,
-        presses_per_user=args.presses,
-        requests=len(presses),
-        accepted=accepted,
-        refusals=dict(Counter(p.code or str(p.status) for p in presses if 400 <= p.status < 500)),
-        errors=sum(p.status == 0 or p.status >= 500 for p in presses),
-        wall_seconds=wall,
-        throughput_rps=len(presses) / wall if wall else 0.0,
-        latency_ms=percentiles([p.latency_ms for p in presses]),
+        **sale.figures(presses, wall),
         confirmed=after[0],
         failed=after[1],
         failed_reasons=sale.failed_reasons(),
@@ -281,7 +319,4 @@ def run_sale(sale: Sale, creds: Credentials) -> int:
         checks=checks,
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
     )
-    render(report)
-    if args.json:
-        args.json.write_text(json.dumps(asdict(report) | {"ok": report.ok}, indent=2), encoding="utf-8")
-    return 0 if report.ok else 1
+    return finish(report, args)

@@ -42,3 +42,8 @@ class AdminClient:
         if status != 201:
             raise RuntimeError(f"creating the voucher failed: {status} {answer}")
         return int(answer["data"])
+
+    def stop(self, voucher_id: int) -> None:
+        status, answer = self.post(f"/voucher/seckill/{voucher_id}/stop")
+        if status != 200:
+            raise RuntimeError(f"stopping voucher {voucher_id} failed: {status} {answer}")
