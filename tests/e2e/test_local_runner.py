@@ -19,16 +19,12 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 import redis as redis_lib
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials as AwsCredentials
 from botocore.exceptions import ClientError
 
 from seckill import keys
@@ -43,11 +39,10 @@ from seckill_demo.stack import free_port
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
-from seckill_local.runner import Runner, rate_seconds, scheduled_event
-from seckill_local.sigv4 import Verifier
+from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import ROOT, TEMPLATE, Template
-from tests.conftest import EVENTS, closed_port, db_rows, drain, new_user
+from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, signed
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
@@ -63,64 +58,6 @@ def delete_queues_with_prefix(sqs: Any, prefix: str) -> None:
 
 
 # --- template.yaml as the runner reads it ----------------------------------------------------
-
-
-def test_template_functions_and_their_handlers_exist(template: Template) -> None:
-    # The three of the contract (the template may hold more, e.g. scheduled jobs).
-    assert {"SeckillApiFunction", "OrderPersisterFunction", "AuthorizerFunction"} <= set(template.functions)
-    for fn in template.functions.values():
-        module, _, attr = fn.handler.rpartition(".")
-        source = fn.code_uri / f"{module.replace('.', '/')}.py"
-        assert source.is_file(), source
-        assert f"def {attr}(" in source.read_text(encoding="utf-8")
-        assert fn.code_uri.is_relative_to(ROOT / "functions")
-    assert template.functions["OrderPersisterFunction"].timeout == 30
-    assert template.functions["AuthorizerFunction"].timeout == 3
-    assert template.functions["SeckillApiFunction"].timeout == 10  # from Globals
-    # Globals' variables, then the function's own.
-    env = template.functions["SeckillApiFunction"].environment
-    assert env["REDIS_URL"]["Fn::Sub"].startswith("rediss://")  # the stack's own ElastiCache, TLS
-    assert env["ORDER_QUEUE_URL"] == {"Ref": "OrderQueue"}
-    assert template.functions["AuthorizerFunction"].environment["POWERTOOLS_SERVICE_NAME"] == "seckill-authorizer"
-
-
-def test_template_routes_with_their_auth(template: Template) -> None:
-    routes = {(route.method, route.path, route.auth, fn.logical_id) for route, fn in template.routes()}
-    assert routes == {
-        ("POST", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
-        ("GET", "/voucher-order/{orderId}", "default", "SeckillApiFunction"),
-        ("GET", "/voucher/list/{shopId}", "NONE", "SeckillApiFunction"),
-        ("POST", "/voucher/seckill", "AWS_IAM", "SeckillApiFunction"),
-        ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),
-        ("POST", "/voucher/seckill/{voucherId}/stop", "AWS_IAM", "SeckillApiFunction"),
-    }
-    by_path = {route.path: route for route, _ in template.routes()}
-    seckill = by_path["/voucher-order/seckill/{voucherId}"]
-    assert seckill.match("POST", "/voucher-order/seckill/42") == {"voucherId": "42"}
-    assert seckill.match("post", "/voucher-order/seckill/42") == {"voucherId": "42"}
-    assert seckill.match("GET", "/voucher-order/seckill/42") is None
-    assert seckill.match("POST", "/voucher-order/seckill/42/x") is None
-    assert seckill.match("POST", "/voucher-order/seckill/") is None
-    status = by_path["/voucher-order/{orderId}"]
-    assert status.match("GET", "/voucher-order/seckill/42") is None
-    assert by_path["/voucher"].match("POST", "/voucher/seckill") is None
-
-
-def test_template_authorizer_queues_and_event_source(template: Template) -> None:
-    assert template.authorizer() == ("AuthorizerFunction", 30)
-    assert {"OrderDeadLetterQueue", "OrderQueue"} <= set(template.queues())
-    redrive = template.resource("OrderQueue")["Properties"]["RedrivePolicy"]
-    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["OrderDeadLetterQueue", "Arn"]}
-    assert int(redrive["maxReceiveCount"]) >= 5
-    # Visibility at least six times the persister's timeout (AWS's advice for SQS event sources).
-    visibility = int(template.resource("OrderQueue")["Properties"]["VisibilityTimeout"])
-    assert visibility >= 6 * template.functions["OrderPersisterFunction"].timeout
-    (source,) = template.functions["OrderPersisterFunction"].sqs_events
-    assert source["Queue"] == {"Fn::GetAtt": ["OrderQueue", "Arn"]}
-    assert "ReportBatchItemFailures" in source["FunctionResponseTypes"]
-    assert template.resolve(source["BatchSize"], {}) == "10"
-    assert template.resolve(source["ScalingConfig"]["MaximumConcurrency"], {"PersisterMaxConcurrency": "3"}) == "3"
-    assert template.resolve({"Fn::Sub": "x"}, {}) is None
 
 
 # --- queues on moto ------------------------------------------------------------------------------
@@ -332,47 +269,6 @@ def test_http_public_route_needs_no_token(api_url: str, make_voucher: Callable[.
     assert (status, answer["code"]) == (400, "BAD_REQUEST")
 
 
-def signed(
-    method: str,
-    url: str,
-    data: bytes = b"",
-    headers: dict[str, str] | None = None,
-    *,
-    secret: str = LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
-    key: str = LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-    service: str = "execute-api",
-) -> dict[str, str]:
-    """The headers of a request SigV4-signed as botocore signs it (the Host included)."""
-    request = AWSRequest(method=method, url=url, data=data, headers=headers or {})
-    SigV4Auth(AwsCredentials(key, secret), service, "us-east-1").add_auth(request)
-    return {**dict(request.headers), "host": urllib.parse.urlsplit(url).netloc}
-
-
-def test_sigv4_verifier_accepts_botocores_signature_and_nothing_changed() -> None:
-    verifier = Verifier(AwsCredentials("AKIDLOCAL", "local-secret"), "execute-api")
-    url, body = "http://127.0.0.1:3000/voucher/seckill/7/stop?dry=1&a=b", b'{"x": 1}'
-    good = signed("POST", url, body, {"content-type": "application/json"}, key="AKIDLOCAL", secret="local-secret")
-    headers = {k.lower(): v for k, v in good.items()}
-    target = "/voucher/seckill/7/stop?dry=1&a=b"
-
-    assert verifier.caller("POST", target, headers, body) == "AKIDLOCAL"
-    assert verifier.caller("POST", target, headers, b'{"x": 2}') is None  # the body
-    assert verifier.caller("PUT", target, headers, body) is None  # the method
-    assert verifier.caller("POST", "/voucher/seckill/8/stop?dry=1&a=b", headers, body) is None  # the path
-    assert verifier.caller("POST", "/voucher/seckill/7/stop?dry=2&a=b", headers, body) is None  # the query
-    assert verifier.caller("POST", target, headers | {"content-type": "text/plain"}, body) is None  # a signed header
-    assert verifier.caller("POST", target, headers | {"x-unsigned": "1"}, body) == "AKIDLOCAL"  # not signed: free
-    assert verifier.caller("POST", target, {k: v for k, v in headers.items() if k != "x-amz-date"}, body) is None
-    assert verifier.caller("POST", target, headers | {"x-amz-content-sha256": "0" * 64}, body) is None
-    later = datetime.now(UTC) + timedelta(minutes=6)
-    assert verifier.caller("POST", target, headers, body, now=later) is None  # signed too long ago
-    assert Verifier(AwsCredentials("AKIDLOCAL", "local-secret"), "lambda").caller("POST", target, headers, body) is None
-    for key, secret in (("AKIDLOCAL", "wrong-secret"), ("AKIDOTHER", "local-secret")):
-        forged = {k.lower(): v for k, v in signed("POST", url, body, {"content-type": "application/json"}, key=key,
-                                                  secret=secret).items()}  # fmt: skip
-        assert verifier.caller("POST", target, forged, body) is None
-
-
 def test_http_admin_route_needs_a_valid_sigv4_signature(api_url: str, redis: Any) -> None:
     """Signed with the local credentials: 201. Unsigned, a bearer token, another secret,
     another access key, a body changed after signing: API Gateway's 403, nothing created."""
@@ -467,7 +363,7 @@ def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runne
     log = tmp_path / "starts.log"
     fn = runner.function("AuthorizerFunction")
     env = runner.environment(fn) | {
-        WORKER_HOOK: "tests.test_local_runner:record_container_start",
+        WORKER_HOOK: "tests.e2e.test_local_runner:record_container_start",
         HOOK_LOG: str(log),
     }
     pool = FunctionPool(fn, env, 2)
@@ -485,7 +381,7 @@ def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runne
     assert str(os.getpid()) not in {pid for _, _, pid, _ in starts}
 
 
-@pytest.mark.parametrize("spec", ["tests.test_local_runner:no_such_function", "no_such_module:hook", "no colon"])
+@pytest.mark.parametrize("spec", ["tests.e2e.test_local_runner:no_such_function", "no_such_module:hook", "no colon"])
 def test_a_worker_hook_that_names_nothing_is_refused_before_any_container_starts(runner: Runner, spec: str) -> None:
     fn = runner.function("AuthorizerFunction")
     with pytest.raises(ValueError, match="SECKILL_LOCAL_WORKER_HOOK"):
@@ -743,24 +639,6 @@ def test_start_lambda_reports_what_lambda_reports(lambda_endpoint: str) -> None:
 
 
 # --- scheduled functions -----------------------------------------------------------------------
-
-
-def test_template_schedules_are_read(template: Template) -> None:
-    (schedule,) = template.functions["ReconcilerFunction"].schedules
-    assert template.resolve(schedule["Schedule"], {}) == "rate(5 minutes)"
-
-
-@pytest.mark.parametrize(
-    ("expression", "seconds"),
-    [("rate(1 minute)", 60), ("rate(5 minutes)", 300), ("rate(2 hours)", 7200), ("cron(0 12 * * ? *)", None)],
-)
-def test_rate_expressions(expression: str, seconds: int | None) -> None:
-    assert rate_seconds(expression) == seconds
-
-
-def test_scheduled_event_is_eventbridges_or_the_targets_input() -> None:
-    assert scheduled_event({})["detail-type"] == "Scheduled Event"
-    assert scheduled_event({"Input": '{"pendingAgeSeconds": 30}'}) == {"pendingAgeSeconds": 30}
 
 
 def test_seckill_local_schedule_once_runs_the_reconciler(

@@ -27,8 +27,7 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.poison import REASON_ATTRIBUTE
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Template
-from tests.conftest import closed_port, db_rows, load_event, new_user
-from tests.helpers import accept
+from tests.helpers import accept, closed_port, db_rows, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 

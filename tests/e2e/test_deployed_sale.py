@@ -30,7 +30,7 @@ from seckill_demo.stack import free_port
 from seckill_local.lambdas import local_parameters
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import ROOT, Template
-from tests.conftest import db_rows
+from tests.helpers import db_rows
 
 pytestmark = pytest.mark.e2e
 

@@ -31,8 +31,7 @@ from seckill.orders import place_order
 from seckill.persistence import persist_order
 from seckill.scripts import Scripts
 from seckill_demo.proxy import FOREVER, LossyProxy
-from tests.conftest import closed_port, db_rows, drain, new_user
-from tests.helpers import reconcile_voucher
+from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
 
 TTL = 600
 

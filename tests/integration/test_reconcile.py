@@ -24,8 +24,7 @@ from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_d
 from seckill.persistence import persist_order
 from seckill.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
 from seckill.scripts import Scripts
-from tests.conftest import db_rows, drain, new_user
-from tests.helpers import HINT_TTL, accept, reconcile_voucher, recover
+from tests.helpers import HINT_TTL, accept, db_rows, drain, new_user, reconcile_voucher, recover
 
 NOW = timedelta(0)  # every reservation counts as stale
 

@@ -27,8 +27,7 @@ from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.orders import order_status
 from seckill.scripts import Scripts, lua_dir, read_script
 from seckill_local.feeder import sqs_event
-from tests.conftest import body, db_rows, drain, load_event, new_user
-from tests.helpers import accept, reconcile_voucher
+from tests.helpers import accept, body, db_rows, drain, load_event, new_user, reconcile_voucher
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
