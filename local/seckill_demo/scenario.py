@@ -1,7 +1,9 @@
-"""The sale, start to end: a voucher on sale now, users with tokens, their presses
-(under fire in a chaos run); then the queue drained, the dead-letter queue
-replayed, reconciliation, every order re-delivered once more, the status route
-asked about every order, and the invariants checked."""
+"""The sale, start to end. ``Sale`` is what every sale does through the API and the
+queues (a voucher on sale now, the presses, every order re-delivered once more,
+the status route asked about every order); ``run_local_sale`` runs it on the local
+stand-in, which also sees Redis and MySQL: users minted, presses (under fire in a
+chaos run), the queue drained, the dead-letter queue replayed, reconciliation,
+and every invariant checked. ``seckill_demo.deployed`` runs it against a stack."""
 
 from __future__ import annotations
 
