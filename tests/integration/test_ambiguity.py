@@ -30,7 +30,7 @@ from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.orders import place_order
 from seckill.persistence import persist_order
 from seckill.scripts import Scripts
-from seckill_local.proxy import FOREVER, LossyProxy
+from seckill_demo.proxy import FOREVER, LossyProxy
 from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
 
 TTL = 600
