@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import closed_port, run_python
 
+# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
 COMMANDS = {
     "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
     "seckill-reconcile": "seckill.reconcile:main",
