@@ -22,9 +22,9 @@ from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database, connect
 from seckill.migrate import migrate
-from seckill_local.lambdas import function_environment
+from seckill_demo.stack import free_port, preflight
+from seckill_local.lambdas import function_environment, local_parameters
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
-from seckill_local.stack import free_port, local_parameters, preflight
 from seckill_local.template import Template
 
 DB_PREFIX = "seckill_bench_"

@@ -20,8 +20,8 @@ from typing import Any
 from benchmarks.servers import SERVERS, SqsServer
 from benchmarks.stats import latency_ms
 from seckill.messages import OrderMessage
+from seckill_demo.stack import free_port
 from seckill_local.sqs import LOCAL_AWS
-from seckill_local.stack import free_port
 
 BODY = OrderMessage(1234567890123456789, 1000001, 1000000001, datetime(2026, 11, 30, 12, tzinfo=UTC)).to_json()
 
