@@ -1,13 +1,15 @@
 """OrderPersisterFunction: OrderQueue's consumer (docs/contract.md).
 
-Each record is decided on its own; failures are reported per record
-(``batchItemFailures``) so SQS retries only those, and after maxReceiveCount
+The batch's orders are decided together, in one transaction (seckill.persistence);
+Powertools' batch processing then reports each record's own outcome, its failures
+as ``batchItemFailures``, so SQS retries only those, and after maxReceiveCount
 moves them to the dead-letter queue. A record that can never be stored goes to
 the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.poison).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -20,8 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.gate import Gate
-from seckill.poison import Poisoned, PoisonQueue, take_record
+from seckill.poison import Failed, Poisoned, PoisonQueue, Taken, take_batch
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -34,14 +35,23 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 settings = Settings.from_env()
 redis = redis_client(settings)
-gate = Gate(redis, Scripts.register(redis))
+scripts = Scripts.register(redis)
 db = Database.from_settings(settings)
 poison = PoisonQueue(sqs_client(), settings.order_poison_queue_url) if settings.order_poison_queue_url else None
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> None:
-    outcome = take_record(db, gate, poison, record.body, record.raw_event.get("messageAttributes"))
+def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
+    """Every record's outcome, by message id."""
+    outcomes = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
+    return {r["messageId"]: outcome for r, outcome in zip(records, outcomes, strict=True)}
+
+
+def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
+    """The record handler: logs and counts the record's outcome, raising if it failed."""
+    outcome = outcomes[record.message_id]
+    if isinstance(outcome, Failed):
+        raise outcome.error
     if isinstance(outcome, Poisoned):
         logger.warning(
             "record moved to the poison queue",
@@ -67,4 +77,7 @@ def record_handler(record: SQSRecord) -> None:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    outcomes = take(event["Records"])
+    return process_partial_response(
+        event=event, record_handler=functools.partial(report, outcomes), processor=processor, context=context
+    )
