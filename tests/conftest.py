@@ -256,4 +256,14 @@ def context() -> Any:
     return LocalContext("test", 30)
 
 
+@pytest.fixture
+def arena(db: Database, creds: Credentials, redis: Any, gate: Gate, make_voucher: Callable[..., int]) -> Iterator[Any]:
+    """Where the persister's outcome table (tests/outcomes.py) arranges its records."""
+    from tests.outcomes import Arena  # imported here: tests.outcomes builds on this module
+
+    made = Arena(db, creds, redis, gate, make_voucher)
+    yield made
+    made.clean()
+
+
 __all__ = ["EVENTS", "Path", "body", "closed_port", "db_rows", "drain", "load_event", "new_user", "pymysql"]
