@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -22,7 +23,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.poison import Failed, Poisoned, PoisonQueue, Taken, take_batch
+from seckill.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -42,13 +43,24 @@ poison = PoisonQueue(sqs_client(), settings.order_poison_queue_url) if settings.
 
 @tracer.capture_method
 def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
-    """Every record's outcome, by message id."""
+    """Every record's outcome, by message id; counted once for the whole batch."""
     outcomes = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
+    counts = Counter(kind(outcome) for outcome in outcomes)
+    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersPoisoned"):
+        if counts[name]:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts[name])
+    logger.info("batch decided", extra={"records": len(outcomes), **counts})
     return {r["messageId"]: outcome for r, outcome in zip(records, outcomes, strict=True)}
 
 
+def kind(outcome: Taken) -> str:
+    if isinstance(outcome, Decided):
+        return f"Orders{outcome.decision.status.title()}" if outcome.decision.changed else "OrdersUnchanged"
+    return "OrdersPoisoned" if isinstance(outcome, Poisoned) else "RecordsFailed"
+
+
 def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
-    """The record handler: logs and counts the record's outcome, raising if it failed."""
+    """The record handler: the record's outcome, raised if it failed (a batch item failure)."""
     outcome = outcomes[record.message_id]
     if isinstance(outcome, Failed):
         raise outcome.error
@@ -57,10 +69,9 @@ def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
             "record moved to the poison queue",
             extra={"messageId": record.message_id, "poisonMessageId": outcome.message_id, "reason": outcome.reason},
         )
-        metrics.add_metric(name="OrdersPoisoned", unit=MetricUnit.Count, value=1)
         return
     decision = outcome.decision
-    logger.info(
+    logger.debug(
         "order decided",
         extra={
             "orderId": str(outcome.order.order_id),
@@ -69,8 +80,6 @@ def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
             "changed": decision.changed,
         },
     )
-    if decision.changed:
-        metrics.add_metric(name=f"Orders{decision.status.title()}", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context
