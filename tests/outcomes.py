@@ -29,8 +29,7 @@ from seckill.messages import MalformedMessage, OrderMessage, queue_depth
 from seckill.persistence import Decision, OrderIdConflict, fail_unqueued, persist_order
 from seckill.poison import REASON_ATTRIBUTE, Decided, Failed, Poisoned, Taken
 from seckill.timeutil import from_ms, iso, to_db, to_ms
-from tests.conftest import closed_port, db_rows, new_user
-from tests.helpers import HINT_TTL, accept
+from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user
 
 # Message attributes as Lambda hands them to the function (binary values base64-encoded):
 # every record carries them, and a record moved to the poison queue must keep them.
@@ -59,7 +58,7 @@ class Arena:
 
     def accept(self, voucher_id: int, user_id: int | None = None, *, promise: bool = True) -> OrderMessage:
         """A press answered 202, its PENDING hint written as the API does."""
-        return self.hint(accept(self.gate, voucher_id, user_id, promise=promise))
+        return self.hint(accept(self.gate, self.redis, voucher_id, user_id, promise=promise))
 
     def fabricate(self, voucher_id: int, user_id: int) -> OrderMessage:
         """A message the gate never saw (drift between Redis and MySQL, or a replay)."""
@@ -73,7 +72,7 @@ class Arena:
 
     def persist(self, m: OrderMessage) -> Decision:
         """An earlier delivery."""
-        return persist_order(self.db, self.gate, m)
+        return persist_order(self.db, self.redis, self.gate, m)
 
     def set_stock(self, voucher_id: int, stock: int) -> None:
         db_rows(self.db, "UPDATE tb_seckill_voucher SET stock = %s WHERE voucher_id = %s", stock, voucher_id)

@@ -58,9 +58,9 @@ def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequenc
     return outcomes
 
 
-def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
+def persist_order(db: Database, redis: Any, gate: Gate, message: OrderMessage) -> Decision:
     """One order, as a batch of one; raises what left it undecided."""
-    (outcome,) = persist_orders(db, gate.redis, gate.scripts, [message])
+    (outcome,) = persist_orders(db, redis, gate.scripts, [message])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

@@ -32,8 +32,7 @@ from seckill.ids import next_order_id
 from seckill.persistence import Decision, persist_orders
 from seckill.scripts import Scripts
 from seckill.vouchers import SeckillVoucherIn, create_seckill_voucher, preload
-from tests.conftest import closed_port, new_user
-from tests.helpers import accept
+from tests.helpers import accept, closed_port, new_user
 
 NODES = 3
 
@@ -171,7 +170,7 @@ def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: 
         end_time=now + timedelta(hours=1),
     )
     voucher_ids = [create_seckill_voucher(db, cluster, voucher) for _ in range(4)]
-    messages = [accept(gate, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
+    messages = [accept(gate, cluster, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
     for m in messages:
         hints.write_pending(cluster, m, 60)
     assert len({cluster.keyslot(keys.pending(v)) for v in voucher_ids}) > 1

@@ -25,8 +25,7 @@ from seckill.ids import next_order_id
 from seckill.messages import OrderQueue, queue_depth
 from seckill.scripts import Scripts, lua_dir, read_script
 from seckill_local.feeder import sqs_event
-from tests.conftest import body, db_rows, load_event, new_user
-from tests.helpers import accept, reconcile_voucher
+from tests.helpers import accept, body, db_rows, load_event, new_user, reconcile_voucher
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
@@ -198,7 +197,7 @@ def test_defect_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
 
 
 def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
+    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
 ) -> None:
     """D4: the original consumer stopped for good at its first unexpected exception, and
     its queue then only grew.
@@ -206,7 +205,7 @@ def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
     A bad record in a batch is reported alone in batchItemFailures; the good records of that
     batch are confirmed, and a later batch is still processed."""
     voucher_id = make_voucher(stock=5)
-    first, second, later = (accept(gate, voucher_id) for _ in range(3))
+    first, second, later = (accept(gate, redis, voucher_id) for _ in range(3))
     send(sqs, queue_url, first.to_json(), MALFORMED, second.to_json())
 
     done, failed = poll(queue_url)
@@ -247,9 +246,9 @@ def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     The function died after attaching the order id, before the send and before any 202:
     reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, voucher_id, promise=False)  # ...and nothing was sent
+    message = accept(gate, redis, voucher_id, promise=False)  # ...and nothing was sent
 
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id, drained=False)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id, drained=False)
 
     assert result.failed == [str(message.order_id)]
     assert queue_depth(sqs, queue_url) == 0
@@ -270,7 +269,7 @@ def test_defect_crash_between_gate_and_send_without_an_order_id_is_released(
     gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # ...and the function died
     assert redis.get(keys.stock(voucher_id)) == "2"
 
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id)
 
     assert (result.released, result.requeued) == ([user_id], [])
     assert queue_depth(sqs, queue_url) == 0
@@ -285,14 +284,14 @@ def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drain
     """D7: the original wrote Redis and MySQL separately and never compensated a failure
     between the two, so they stayed apart."""
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     queue = OrderQueue(sqs, queue_url)
     queue.send(message)
     redis.set(keys.stock(voucher_id), 9)  # drifted
 
     def run() -> Any:
         drained = queue_depth(sqs, queue_url) == 0
-        return reconcile_voucher(db, gate, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
+        return reconcile_voucher(db, redis, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
 
     reported = run()  # the order is still on the queue
     assert (reported.drift.drifted, reported.repaired) == (True, False)
