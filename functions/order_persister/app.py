@@ -87,6 +87,8 @@ def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     outcomes = take(event["Records"])
+    # No context passed on: the record handler does not take it, and Powertools would
+    # inspect the partial's signature at every invocation to find out.
     return process_partial_response(
-        event=event, record_handler=functools.partial(report, outcomes), processor=processor, context=context
+        event=event, record_handler=functools.partial(report, outcomes), processor=processor
     )
