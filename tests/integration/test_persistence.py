@@ -24,7 +24,7 @@ from seckill.messages import OrderMessage
 from seckill.persistence import Decision, Outcome, persist_orders
 from seckill.poison import Failed, Poisoned, PoisonQueue, take_batch
 from seckill.scripts import Scripts
-from seckill_local.proxy import LossyProxy
+from seckill_demo.proxy import LossyProxy
 from tests.helpers import db_rows, new_user
 from tests.outcomes import ROWS, Arena, Row, check_effects, check_poison_queue, check_taken, received, seen
 
