@@ -27,6 +27,7 @@ from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 from tests.helpers import drain
+from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
 DB_NAME = f"seckill_test_{RUN_ID}"
@@ -208,3 +209,13 @@ def context() -> Any:
     from seckill_local.lambdas import LocalContext
 
     return LocalContext("test", 30)
+
+
+@pytest.fixture
+def arena(
+    db: Database, creds: Credentials, redis: Any, gate: Gate, make_voucher: Callable[..., int]
+) -> Iterator[Arena]:
+    """Where the persister's outcome table (tests/outcomes.py) arranges its records."""
+    made = Arena(db, creds, redis, gate, make_voucher)
+    yield made
+    made.clean()
