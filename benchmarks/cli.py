@@ -156,6 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, default=ROOT / "benchmarks" / "results", help="where latest.json and the PNGs go"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--show", type=Path, metavar="JSON", help="print the tables of a saved report and exit")
     args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(args.only) - set(SECTIONS))
@@ -168,6 +169,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.show:
+        report.print_report(json.loads(args.show.read_text(encoding="utf-8")), console)
+        return 0
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
     profile = PROFILES[name]
     sizes = (
@@ -175,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.rounds is None
         else experiment.Sizes(**{**asdict(profile.experiment), "rounds": args.rounds})
     )
-    console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.monotonic()
     _progress(f"{name} run of {', '.join(args.only)}; SQS stand-in: moto behind {args.transport}")
     try:

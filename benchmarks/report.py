@@ -233,6 +233,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             "init ms",
             "bare ms",
             "ratio",
+            "module-level only",
             "RSS MB",
             "bare RSS MB",
             "imported beyond its libraries",
