@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format services clean sam-setup validate build
+.PHONY: help setup demo test lint format services clean sam-setup validate build openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ test: setup services validate build ## validate and build the SAM app, lint, the
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(ARGS)
+
+openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
+	$(BIN)/seckill-openapi
 
 format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

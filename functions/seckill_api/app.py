@@ -4,8 +4,6 @@ Thin by design: Powertools wiring and module-level clients here, the rules in
 the ``seckill`` package.
 """
 
-from __future__ import annotations
-
 import warnings
 from typing import Any
 from urllib.parse import urlencode
@@ -22,7 +20,8 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import orders, results, vouchers
+from seckill import openapi, orders, results, vouchers
+from seckill.openapi import IdText
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
@@ -70,9 +69,31 @@ def request_body() -> str | None:
         raise BadRequest("body: must be UTF-8 JSON") from None
 
 
-@app.post("/voucher-order/seckill/<voucherId>")
+@app.post(
+    "/voucher-order/seckill/<voucherId>",
+    operation_id="placeSeckillOrder",
+    summary="Press the seckill button: the order id, or why not",
+    **openapi.user_route(
+        {
+            202: openapi.answer(
+                "Accepted: the order is queued; it ends CONFIRMED or FAILED",
+                openapi.OrderAccepted,
+                {"Location": "the order's status route, /voucher-order/{orderId}"},
+            ),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
+            409: openapi.refused(
+                "Refused: sold out, one order per user, or outside the sale window",
+                "SOLD_OUT",
+                "DUPLICATE_ORDER",
+                "NOT_STARTED",
+                "ENDED",
+            ),
+        }
+    ),
+)
 @tracer.capture_method
-def seckill(voucherId: str) -> Response:
+def seckill(voucherId: IdText) -> Response[str]:
     user_id = current_user()
     voucher_id = parse_id(voucherId, "voucherId")
     order_id = orders.place_order(gate, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
@@ -80,9 +101,20 @@ def seckill(voucherId: str) -> Response:
     return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 
 
-@app.get("/voucher-order/<orderId>")
+@app.get(
+    "/voucher-order/<orderId>",
+    operation_id="getOrderStatus",
+    summary="An order's status: PENDING, CONFIRMED or FAILED (with its reason)",
+    **openapi.user_route(
+        {
+            200: openapi.answer("The order, as its owner sees it", openapi.OrderStatusResult),
+            400: openapi.refused("The order id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such order, or another user's", "ORDER_NOT_FOUND"),
+        }
+    ),
+)
 @tracer.capture_method
-def order_status(orderId: str) -> Response:
+def order_status(orderId: IdText) -> Response[str]:
     user_id = current_user()
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
@@ -96,26 +128,53 @@ def page_size(value: str | None) -> int:
     return int(value)
 
 
-@app.get("/voucher/list/<shopId>")
+@app.get(
+    "/voucher/list/<shopId>",
+    operation_id="listVouchers",
+    summary="A page of a shop's vouchers on sale",
+    description="Paged by id: `limit` (default 20, at most 100) and `after` (the last id seen); "
+    'a `Link: <...>; rel="next"` header names the next page while there is one.',
+    # Powertools hands the query parameters over (as text: the checks below name them in a 400).
+    enable_validation=True,
+    **openapi.public_route(
+        {
+            200: openapi.answer(
+                "The page, by id", openapi.VoucherPage, {"Link": '`<url>; rel="next"` while more vouchers follow'}
+            ),
+            400: openapi.refused("A parameter is malformed; the message names it", "BAD_REQUEST"),
+        }
+    ),
+)
 @tracer.capture_method
-def list_vouchers(shopId: str) -> Response:
-    """Paged by id: ``limit`` (default 20, at most 100) and ``after`` (the last id seen);
-    a ``Link: <...>; rel="next"`` header names the next page while there is one."""
+def list_vouchers(shopId: IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None) -> Response[str]:
     shop_id = parse_id(shopId, "shopId")
-    query = app.current_event.query_string_parameters or {}
-    limit = page_size(query.get("limit"))
-    after = parse_id(query["after"], "after") if "after" in query else 0
-    page = vouchers.list_vouchers(db, shop_id, limit=limit, after=after)
+    page_limit = page_size(limit)
+    page = vouchers.list_vouchers(db, shop_id, limit=page_limit, after=0 if after is None else parse_id(after, "after"))
     headers: dict[str, str] = {}
     if page.next_after is not None:
-        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': limit, 'after': page.next_after})}"
+        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': page_limit, 'after': page.next_after})}"
         headers["Link"] = f'<{next_page}>; rel="next"'
     return results.ok(page.vouchers, headers=headers)
 
 
-@app.post("/voucher/seckill")
+@app.post(
+    "/voucher/seckill",
+    operation_id="createSeckillVoucher",
+    summary="Put a seckill voucher on sale (stock and sale window)",
+    openapi_extensions=openapi.request_body(vouchers.SeckillVoucherIn),
+    **openapi.admin_route(
+        {
+            201: openapi.answer("Created and on sale at its window; `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused(
+                "A field is missing or invalid (also: a window already ended, times outside the years 1-9999 "
+                "in UTC); the message names it",
+                "BAD_REQUEST",
+            ),
+        }
+    ),
+)
 @tracer.capture_method
-def add_seckill_voucher() -> Response:
+def add_seckill_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
@@ -123,17 +182,39 @@ def add_seckill_voucher() -> Response:
     return results.ok(voucher_id, status=201)
 
 
-@app.post("/voucher")
+@app.post(
+    "/voucher",
+    operation_id="createVoucher",
+    summary="Create an ordinary voucher",
+    openapi_extensions=openapi.request_body(vouchers.VoucherIn),
+    **openapi.admin_route(
+        {
+            201: openapi.answer("Created; `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused("A field is missing or invalid; the message names it", "BAD_REQUEST"),
+        }
+    ),
+)
 @tracer.capture_method
-def add_voucher() -> Response:
+def add_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
     return results.ok(vouchers.create_voucher(db, voucher), status=201)
 
 
-@app.post("/voucher/seckill/<voucherId>/stop")
+@app.post(
+    "/voucher/seckill/<voucherId>/stop",
+    operation_id="stopSeckillVoucher",
+    summary="Withdraw a seckill voucher: every later press answers 409 ENDED",
+    **openapi.admin_route(
+        {
+            200: openapi.answer("Withdrawn (again, if it was); `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
+        }
+    ),
+)
 @tracer.capture_method
-def stop_seckill_voucher(voucherId: str) -> Response:
+def stop_seckill_voucher(voucherId: IdText) -> Response[str]:
     require_admin()
     voucher_id = parse_id(voucherId, "voucherId")
     vouchers.stop_seckill_voucher(db, redis, voucher_id)

@@ -8,15 +8,15 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response, content_types
 
 
-def ok(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def ok(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Response[str]:
     return _response(status, {"success": True, "data": data, "errorMsg": None, "code": None}, headers)
 
 
-def fail(status: int, code: str, message: str) -> Response:
+def fail(status: int, code: str, message: str) -> Response[str]:
     return _response(status, {"success": False, "data": None, "errorMsg": message, "code": code}, None)
 
 
-def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None) -> Response:
+def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None) -> Response[str]:
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
