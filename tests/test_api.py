@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import pytest
 import redis as redis_lib
@@ -1032,6 +1032,21 @@ def test_bad_paging_parameters_are_400_naming_them(
     call: Callable[[dict[str, Any]], dict[str, Any]], query: dict[str, str], name: str
 ) -> None:
     response = call(page_event(random.randint(10**12, 10**15), query))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith(name), response
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"), [("limit=5&limit=6", "limit"), ("after=5&after=6", "after"), ("limit=5&after=1&after=2", "after")]
+)
+def test_a_repeated_paging_parameter_is_400_naming_it(
+    call: Callable[[dict[str, Any]], dict[str, Any]], raw: str, name: str
+) -> None:
+    """API Gateway hands a repeated parameter over joined by commas ("5,6"), which is no number."""
+    event = list_event(random.randint(10**12, 10**15))
+    event["rawQueryString"] = raw
+    event["queryStringParameters"] = {key: ",".join(values) for key, values in parse_qs(raw).items()}
+    response = call(event)
     expect_refusal(response, 400, "BAD_REQUEST")
     assert body(response)["errorMsg"].startswith(name), response
 

@@ -21,7 +21,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import openapi, orders, results, vouchers
-from seckill.openapi import IdText
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
@@ -93,7 +92,7 @@ def request_body() -> str | None:
     ),
 )
 @tracer.capture_method
-def seckill(voucherId: IdText) -> Response[str]:
+def seckill(voucherId: openapi.IdText) -> Response[str]:
     user_id = current_user()
     voucher_id = parse_id(voucherId, "voucherId")
     order_id = orders.place_order(gate, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
@@ -114,7 +113,7 @@ def seckill(voucherId: IdText) -> Response[str]:
     ),
 )
 @tracer.capture_method
-def order_status(orderId: IdText) -> Response[str]:
+def order_status(orderId: openapi.IdText) -> Response[str]:
     user_id = current_user()
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
@@ -132,8 +131,8 @@ def page_size(value: str | None) -> int:
     "/voucher/list/<shopId>",
     operation_id="listVouchers",
     summary="A page of a shop's vouchers on sale",
-    description="Paged by id: `limit` (default 20, at most 100) and `after` (the last id seen); "
-    'a `Link: <...>; rel="next"` header names the next page while there is one.',
+    description=f"Paged by id: `limit` (default {vouchers.PAGE_SIZE}, at most {vouchers.MAX_PAGE_SIZE}) and `after` "
+    '(the last id seen); a `Link: <...>; rel="next"` header names the next page while there is one.',
     # Powertools hands the query parameters over (as text: the checks below name them in a 400).
     enable_validation=True,
     **openapi.public_route(
@@ -146,7 +145,9 @@ def page_size(value: str | None) -> int:
     ),
 )
 @tracer.capture_method
-def list_vouchers(shopId: IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None) -> Response[str]:
+def list_vouchers(
+    shopId: openapi.IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None
+) -> Response[str]:
     shop_id = parse_id(shopId, "shopId")
     page_limit = page_size(limit)
     page = vouchers.list_vouchers(db, shop_id, limit=page_limit, after=0 if after is None else parse_id(after, "after"))
@@ -214,7 +215,7 @@ def add_voucher() -> Response[str]:
     ),
 )
 @tracer.capture_method
-def stop_seckill_voucher(voucherId: IdText) -> Response[str]:
+def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     require_admin()
     voucher_id = parse_id(voucherId, "voucherId")
     vouchers.stop_seckill_voucher(db, redis, voucher_id)

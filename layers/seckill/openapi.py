@@ -30,7 +30,6 @@ IdText = Annotated[
 ]
 
 
-
 def _joined(value: Any) -> Any:
     # API Gateway hands a repeated query parameter over as one value, its values joined by commas.
     return ",".join(value) if isinstance(value, list) else value
@@ -157,11 +156,8 @@ SCHEMAS: tuple[type[BaseModel], ...] = (
 
 def component_schemas() -> dict[str, Any]:
     """The ``components.schemas`` of the document: every model above, with what they nest."""
-    keyed, defs = models_json_schema([(model, "validation") for model in SCHEMAS], ref_template=REF)
-    schemas: dict[str, Any] = defs.get("$defs", {})
-    for (model, _), schema in keyed.items():
-        schemas[model.__name__] = {**schemas.get(model.__name__, {}), **schema}
-    return dict(sorted(schemas.items()))
+    _, schemas = models_json_schema([(model, "validation") for model in SCHEMAS], ref_template=REF)
+    return dict(sorted(schemas["$defs"].items()))
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:

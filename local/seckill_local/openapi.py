@@ -22,6 +22,7 @@ from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT, Template
 
 DOCUMENT = ROOT / "docs" / "openapi.json"
+EVENTS = ROOT / "events"
 DESCRIPTION = (
     "Seckill's HTTP API: a flash sale of vouchers. Every body is hm-dianping's `Result` "
     '(`{"success", "data", "errorMsg", "code"}`) except the answers API Gateway gives itself '
@@ -46,7 +47,18 @@ def document() -> str:
     )
     # Every body is one of these; what Powertools adds for its validation errors is never answered (no 422).
     spec["components"]["schemas"] = openapi.component_schemas()
+    add_examples(spec)
     return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
+
+
+def add_examples(spec: dict[str, Any]) -> None:
+    """Each request body's example: the body of the route's events/ file (what ``sam local invoke`` sends)."""
+    for path in sorted(EVENTS.glob("seckill_api_*.json")):
+        event = json.loads(path.read_text(encoding="utf-8"))
+        if event.get("body"):
+            method, route = event["routeKey"].split(" ", 1)
+            body = spec["paths"][route][method.lower()]["requestBody"]["content"]["application/json"]
+            body["example"] = json.loads(event["body"])
 
 
 def main(argv: list[str] | None = None) -> int:
