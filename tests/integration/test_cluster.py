@@ -29,7 +29,7 @@ from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.scripts import Scripts
 from seckill.vouchers import preload
-from tests.conftest import closed_port, new_user
+from tests.helpers import closed_port, new_user
 
 NODES = 3
 

@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
-from redis.crc import key_slot
 
 from seckill import keys
 from seckill.errors import Conflict, NotFound, SeckillError
 from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
 from seckill.scripts import Scripts, lua_dir
-from tests.conftest import new_user
+from tests.helpers import new_user
 
 HOUR_MS = 3_600_000
 
@@ -120,16 +119,6 @@ def refused(gate: Gate, voucher_id: int, user_id: int) -> SeckillError:
 
 
 # --- the contract's key names -------------------------------------------------------------
-
-
-def test_contract_key_names_share_the_voucher_hash_tag() -> None:
-    assert keys.stock(42) == "seckill:stock:{42}"
-    assert keys.buyers(42) == "seckill:order:{42}"
-    voucher_keys = [keys.stock(42), keys.buyers(42), keys.window(42), keys.pending(42)]
-    assert all("{42}" in k for k in voucher_keys)
-    # One cluster slot for the whole voucher, so the script runs on Redis Cluster too.
-    assert len({key_slot(k.encode()) for k in voucher_keys}) == 1
-    assert keys.login_token("abc") == "login:token:abc"
 
 
 # --- every outcome ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from seckill.scripts import Scripts
 from seckill.vouchers import VoucherIn
 from seckill_local.feeder import sqs_event
 from seckill_local.template import Template
-from tests.conftest import body, closed_port, db_rows, drain, load_event, new_user
+from tests.helpers import body, closed_port, db_rows, drain, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 RESULT_KEYS = {"success", "data", "errorMsg", "code"}

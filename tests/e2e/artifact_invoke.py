@@ -1,6 +1,6 @@
 """Invoke one handler of the built artifact as the Lambda runtime would.
 
-Run by tests/test_artifact.py as ``python -I -S -B artifact_invoke.py PLAN``:
+Run by tests/e2e/test_artifact.py as ``python -I -S -B artifact_invoke.py PLAN``:
 no site-packages and no PYTHONPATH, so imports resolve only from the paths
 Lambda would give the function, in its order: the function's code (/var/task),
 the layer (/opt/python), then the runtime's own SDK (/var/runtime, stood in for

@@ -49,8 +49,8 @@ from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.stack import free_port, local_parameters
 from seckill_local.template import TEMPLATE, Template
-from tests.conftest import new_user
-from tests.test_local_runner import delete_queues_with_prefix, serving
+from tests.e2e.test_local_runner import delete_queues_with_prefix, serving
+from tests.helpers import new_user
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 import redis as redis_lib
 
 from seckill import keys
-from tests.conftest import closed_port, load_event, new_user
+from tests.helpers import closed_port, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 DENIED = {"isAuthorized": False}

@@ -13,7 +13,7 @@ import pytest
 
 from seckill.config import Settings
 from seckill.db import Credentials, Database, connect, is_connection_error
-from tests.conftest import closed_port
+from tests.helpers import closed_port
 
 
 def kill(creds: Credentials, thread_id: int) -> None:

@@ -28,7 +28,7 @@ from seckill import keys
 from seckill.db import Credentials, connect
 from seckill.tokens import mint_tokens, user_for_token
 from seckill_local.template import ROOT, Template
-from tests.conftest import body, closed_port, db_rows, load_event, new_user
+from tests.helpers import body, closed_port, db_rows, load_event, new_user
 
 ARTIFACT = ROOT / ".aws-sam" / "build"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
