@@ -1,11 +1,12 @@
 """The HTTP API as its OpenAPI document describes it (docs/contract.md): the bodies
 each route answers and takes, and the two ways a caller proves who it is.
 
-Description only, so a cold start pays almost nothing for it (no request is
-validated against these models; their schemas are built when the document is):
-the handlers build their bodies with ``seckill.results`` and check their input by
-hand (``seckill.ids``, ``seckill.vouchers``), which keeps every refusal exactly as the
-contract words it. The fuzz run checks real answers against these schemas.
+Description, not validation: the handlers build their bodies with ``seckill.results``
+and check their input by hand (``seckill.ids``, ``seckill.vouchers``), which keeps
+every refusal worded as the contract has it; the only thing Powertools does with
+these types at run time is hand the list route its query parameters, as text. The
+models are built when the document is, so a cold start pays next to nothing for
+them, and the fuzz run (tests/e2e/test_fuzz.py) checks real answers against them.
 ``seckill-openapi`` writes the document from the routes of SeckillApiFunction.
 """
 

@@ -165,24 +165,23 @@ def local_api(
 
 
 def seed(api: LocalApi) -> None:
-    """A shop with a seckill voucher on sale now, and an order of the token's user."""
+    """A shop with vouchers the fuzz knows the ids of: one on sale, one the token's owner bought the
+    only unit of (its order is known), and two it does not know, so the shop's list is never empty."""
     shop_id = new_user()
     now = datetime.now(UTC)
-    voucher = {
-        "shopId": shop_id,
-        "title": "fuzz voucher",
-        "payValue": 100,
-        "actualValue": 200,
-        "stock": 1000,
-        "beginTime": (now - timedelta(minutes=1)).isoformat(),
-        "endTime": (now + timedelta(hours=1)).isoformat(),
-    }
-    created = requests.post(f"{api.url}/voucher/seckill", json=voucher, auth=api.admin, timeout=20)
-    assert created.status_code == 201, created.text
-    voucher_id = str(created.json()["data"])
-    placed = requests.post(f"{api.url}/voucher-order/seckill/{voucher_id}", auth=api.owner, timeout=20)
+
+    def create(route: str, **fields: Any) -> str:
+        voucher = {"shopId": shop_id, "title": "fuzz voucher", "payValue": 100, "actualValue": 200, **fields}
+        created = requests.post(f"{api.url}{route}", json=voucher, auth=api.admin, timeout=20)
+        assert created.status_code == 201, created.text
+        return str(created.json()["data"])
+
+    window = {"beginTime": (now - timedelta(minutes=1)).isoformat(), "endTime": (now + timedelta(hours=1)).isoformat()}
+    on_sale, sold_out, _ = (create("/voucher/seckill", stock=stock, **window) for stock in (1000, 1, 10))
+    create("/voucher")
+    placed = requests.post(f"{api.url}/voucher-order/seckill/{sold_out}", auth=api.owner, timeout=20)
     assert placed.status_code == 202, placed.text
-    KNOWN.update(voucherId=[voucher_id], orderId=[placed.json()["data"]], shopId=[str(shop_id)])
+    KNOWN.update(voucherId=[on_sale, sold_out], orderId=[placed.json()["data"]], shopId=[str(shop_id)])
 
 
 @pytest.fixture(scope="module", autouse=True)
