@@ -4,7 +4,8 @@ Schemathesis generates requests for every operation, valid ones and invalid ones
 sends them to the local HTTP API (``seckill-local start-api`` in-process: the template's
 routes, the Lambda authorizer, the real functions) over real HTTP, with real MariaDB,
 moto SQS and a redis-server of this test's own (so no other run's keys can change an
-answer). User routes carry a minted token, admin routes a SigV4 signature. Every answer
+answer). User routes carry a minted token, admin routes a SigV4 signature (but for every
+``ANONYMOUS_EVERY``-th case, which has only what schemathesis made up). Every answer
 must be documented: no 5xx, a documented status, a body matching its schema, the
 documented content type.
 
@@ -56,6 +57,7 @@ pytestmark = pytest.mark.e2e
 
 MAX_EXAMPLES = 100
 BUYERS = 500  # users pressing (more than the presses a run sends)
+ANONYMOUS_EVERY = 5  # every 5th case of an operation goes without our credentials (API Gateway refuses it)
 SEED = 20260101
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
 
@@ -201,5 +203,6 @@ def report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
 @schema.parametrize()
 def test_every_answer_is_documented(case: schemathesis.Case, local_api: LocalApi) -> None:
     SENT[case.operation.label] += 1
-    response = case.call_and_validate(base_url=local_api.url, auth=local_api.auth_for(case), checks=CHECKS, timeout=20)
+    auth = None if SENT[case.operation.label] % ANONYMOUS_EVERY == 0 else local_api.auth_for(case)
+    response = case.call_and_validate(base_url=local_api.url, auth=auth, checks=CHECKS, timeout=20)
     ANSWERED.setdefault(case.operation.label, Counter())[response.status_code] += 1
