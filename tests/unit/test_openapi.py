@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openapi_spec_validator import validate
 
 from seckill.openapi import ADMIN, USER
 from seckill_local.openapi import DOCUMENT
@@ -48,6 +49,11 @@ def test_a_stale_document_is_refused_with_the_command_to_run(tmp_path: Path) -> 
 
     assert openapi_command("--out", str(stale)).returncode == 0
     assert stale.read_text(encoding="utf-8") == DOCUMENT.read_text(encoding="utf-8")
+
+
+def test_the_document_is_valid_openapi(spec: dict[str, Any]) -> None:
+    assert spec["openapi"].startswith("3.1")
+    validate(spec)  # raises on anything OpenAPI 3.1 does not allow
 
 
 def test_every_route_of_the_template_with_its_auth(spec: dict[str, Any], template: Template) -> None:
