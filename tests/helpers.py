@@ -8,10 +8,15 @@ import os
 import secrets
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials as AwsCredentials
 
 from seckill import keys
 from seckill.config import Settings
@@ -23,7 +28,8 @@ from seckill.reconcile import VoucherReconciled, reconcile
 from seckill.recovery import Recovery, recover_if_lost
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
-from seckill_local.stack import free_port
+from seckill_demo.stack import free_port
+from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT
 
 EVENTS = ROOT / "events"
@@ -125,3 +131,19 @@ def run_dlq_replay(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess
     return subprocess.run(  # noqa: S603
         [str(DLQ_REPLAY), *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
     )
+
+
+def signed(
+    method: str,
+    url: str,
+    data: bytes = b"",
+    headers: dict[str, str] | None = None,
+    *,
+    secret: str = LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
+    key: str = LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+    service: str = "execute-api",
+) -> dict[str, str]:
+    """The headers of a request SigV4-signed as botocore signs it (the Host included)."""
+    request = AWSRequest(method=method, url=url, data=data, headers=headers or {})
+    SigV4Auth(AwsCredentials(key, secret), service, "us-east-1").add_auth(request)
+    return {**dict(request.headers), "host": urllib.parse.urlsplit(url).netloc}

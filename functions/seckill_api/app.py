@@ -2,8 +2,25 @@
 
 Thin by design: Powertools wiring and module-level clients here, the rules in
 the ``seckill`` package.
+
+A press (POST /voucher-order/seckill/{voucherId}) is most of a sale's traffic,
+and most presses are refused, so its path costs little more than the gate's one
+Redis round trip (none while the sold-out answer is cached):
+
+- API Gateway has matched the route already (``routeKey``), so the handler calls
+  ``press`` directly; the Powertools resolver serves every other route (and
+  holds the press's route too, for the OpenAPI document and any event that
+  arrives without its route key).
+- A refusal is an answer, not a captured exception: it is counted in a Tally
+  (summed, published every few seconds, seckill.tally), not printed per request.
+- Traces: invocations X-Ray samples get the handler's subsegment, annotated with
+  the route, the status and the refusal's code, and the SQL and SQS calls'
+  subsegments; the others skip the tracer (X-Ray would discard what it built).
 """
 
+from __future__ import annotations
+
+import os
 import warnings
 from typing import Any
 from urllib.parse import urlencode
@@ -12,7 +29,6 @@ import pymysql
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -20,8 +36,8 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import openapi, orders, results, vouchers
-from seckill.clients import redis_client, sqs_client
+from seckill import openapi, orders, results, vouchers, warmup
+from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
 from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
@@ -29,43 +45,62 @@ from seckill.gate import Gate
 from seckill.ids import parse_id
 from seckill.messages import OrderQueue
 from seckill.scripts import Scripts
+from seckill.tally import Tally
 
 logger = Logger()
-tracer = Tracer()
+# The SQL statements and SQS calls show as subsegments of a sampled invocation.
+tracer = Tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
-# Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
+tally = Tally(metrics)
+# Invocations that publish nothing (their counts wait in the tally) are normal, not a warning.
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 app = APIGatewayHttpResolver()
 
 settings = Settings.from_env()
 redis = redis_client(settings)
 gate = Gate(redis, Scripts.register(redis), settings.refusal_cache_seconds)
-queue = OrderQueue(sqs_client(), settings.order_queue_url)
+sqs = OnFirstUse(sqs_client)
+queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
+warmup.prepare(warmup.Connections(redis, db, [sqs]))
+
+PRESS = "POST /voucher-order/seckill/{voucherId}"
+UNAVAILABLE = (
+    pymysql.err.OperationalError,
+    pymysql.err.InterfaceError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    BotoConnectionError,
+    BotoReadTimeoutError,
+)
 
 
-def current_user() -> int:
+def traced() -> bool:
+    """Whether X-Ray keeps this invocation: tracing is on and the trace header does not
+    say unsampled (without a header, as before: traced)."""
+    return not tracer.disabled and "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", "")
+
+
+def user_of(event: dict[str, Any]) -> int:
     """The user id the authorizer put in the request context; nothing else is trusted."""
-    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+    context = event.get("requestContext", {}).get("authorizer") or {}
     user_id = (context.get("lambda") or {}).get("userId")
     if user_id is None:
         raise Unauthorized("login required")
     return parse_id(user_id, "userId")
 
 
-def require_admin() -> None:
-    """Admin routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
-    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
-    if not context.get("iam"):
-        raise Forbidden("admin credentials required")
-
-
-def request_body() -> str | None:
-    """The request body as text; a body that is not UTF-8 (or not base64 when flagged so) is the client's error."""
+def press(event: dict[str, Any]) -> Response:
+    """POST /voucher-order/seckill/{voucherId}: 202 with the order id, or the refusal."""
     try:
-        return app.current_event.decoded_body
-    except ValueError:  # UnicodeDecodeError, binascii.Error
-        raise BadRequest("body: must be UTF-8 JSON") from None
+        user_id = user_of(event)
+        voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
+        ttl = settings.status_ttl_seconds
+        order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=ttl)
+    except Exception as error:
+        return error_response(error)
+    metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
+    return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 
 
 @app.post(
@@ -91,13 +126,23 @@ def request_body() -> str | None:
         }
     ),
 )
-@tracer.capture_method
-def seckill(voucherId: openapi.IdText) -> Response[str]:
-    user_id = current_user()
-    voucher_id = parse_id(voucherId, "voucherId")
-    order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
-    metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
-    return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
+def press_route(voucherId: openapi.IdText) -> Response[str]:
+    return press(app.current_event.raw_event)
+
+
+def require_admin() -> None:
+    """Admin routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
+    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+    if not context.get("iam"):
+        raise Forbidden("admin credentials required")
+
+
+def request_body() -> str | None:
+    """The request body as text; a body that is not UTF-8 (or not base64 when flagged so) is the client's error."""
+    try:
+        return app.current_event.decoded_body
+    except ValueError:  # UnicodeDecodeError, binascii.Error
+        raise BadRequest("body: must be UTF-8 JSON") from None
 
 
 @app.get(
@@ -112,9 +157,8 @@ def seckill(voucherId: openapi.IdText) -> Response[str]:
         }
     ),
 )
-@tracer.capture_method
 def order_status(orderId: openapi.IdText) -> Response[str]:
-    user_id = current_user()
+    user_id = user_of(app.current_event.raw_event)
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
 
@@ -144,7 +188,6 @@ def page_size(value: str | None) -> int:
         }
     ),
 )
-@tracer.capture_method
 def list_vouchers(
     shopId: openapi.IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None
 ) -> Response[str]:
@@ -174,7 +217,6 @@ def list_vouchers(
         }
     ),
 )
-@tracer.capture_method
 def add_seckill_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
@@ -195,7 +237,6 @@ def add_seckill_voucher() -> Response[str]:
         }
     ),
 )
-@tracer.capture_method
 def add_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
@@ -214,7 +255,6 @@ def add_voucher() -> Response[str]:
         }
     ),
 )
-@tracer.capture_method
 def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     require_admin()
     voucher_id = parse_id(voucherId, "voucherId")
@@ -223,34 +263,31 @@ def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     return results.ok(voucher_id)
 
 
-@app.exception_handler(SeckillError)
+@app.exception_handler(Exception)
+def error_response(error: Exception) -> Response:
+    """Every error's answer, for the press and the resolver's routes alike."""
+    if isinstance(error, SeckillError):
+        return refused(error)
+    if isinstance(error, UNAVAILABLE) and not (isinstance(error, pymysql.Error) and not is_connection_error(error)):
+        # A dependency that cannot be reached is the client's cue to try again; an error
+        # MySQL reports about the statement itself stays a 500.
+        logger.warning("dependency unavailable", exc_info=error)
+        metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=1)
+        return results.fail(503, "TRY_AGAIN", "the service is briefly unavailable, please try again")
+    # Logged whole for us, never shown to the client.
+    logger.error("unhandled error", exc_info=error)
+    return results.fail(500, "INTERNAL_ERROR", "internal error")
+
+
 def refused(error: SeckillError) -> Response:
     if isinstance(error, TryAgain):
         logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
         metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
     else:
-        metrics.add_metric(name=f"Refused{error.code}", unit=MetricUnit.Count, value=1)
+        tally.count(f"Refused{error.code}")
+        if traced():
+            tracer.put_annotation(key="refusal", value=error.code)
     return results.fail(error.status, error.code, error.message)
-
-
-@app.exception_handler(
-    [
-        pymysql.err.OperationalError,
-        pymysql.err.InterfaceError,
-        RedisConnectionError,
-        RedisTimeoutError,
-        BotoConnectionError,
-        BotoReadTimeoutError,
-    ]
-)
-def unavailable(error: Exception) -> Response:
-    """A dependency that cannot be reached is the client's cue to try again; an error
-    MySQL reports about the statement itself stays a 500."""
-    if isinstance(error, pymysql.Error) and not is_connection_error(error):
-        return unexpected(error)
-    logger.warning("dependency unavailable", exc_info=error)
-    metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=1)
-    return results.fail(503, "TRY_AGAIN", "the service is briefly unavailable, please try again")
 
 
 @app.not_found
@@ -258,15 +295,24 @@ def no_route(_: NotFoundError) -> Response:
     return results.fail(404, "NOT_FOUND", "no such route")
 
 
-@app.exception_handler(Exception)
-def unexpected(error: Exception) -> Response:
-    # Logged whole for us, never shown to the client.
-    logger.exception("unhandled error")
-    return results.fail(500, "INTERNAL_ERROR", "internal error")
-
-
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("routeKey") == PRESS:
+        return results.http_api(press(event), event)
     return app.resolve(event, context)
+
+
+@logger.inject_lambda_context
+@tally.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    logger.set_correlation_id(event.get("requestContext", {}).get("requestId"))
+    if not traced():
+        return respond(event, context)
+    return traced_handler(event, context)
+
+
+@tracer.capture_lambda_handler(capture_response=False)
+def traced_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response = respond(event, context)
+    tracer.put_annotation(key="route", value=event.get("routeKey", ""))
+    tracer.put_annotation(key="status", value=response["statusCode"])
+    return response

@@ -117,9 +117,19 @@ class Template:
             if not default:
                 return None
             spec = auth["Authorizers"][default]
-            function = spec["FunctionArn"]["Fn::GetAtt"][0]
-            return function, int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
+            return self._function_of(spec["FunctionArn"]), int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
         return None
+
+    def _function_of(self, arn: dict[str, Any]) -> str:
+        """The function an ARN names: ``!GetAtt Fn.Arn``, or ``!Ref`` to the alias SAM's
+        AutoPublishAlias makes for it (``<Fn>Alias<name>``); locally both run the same code."""
+        if "Fn::GetAtt" in arn:
+            return str(arn["Fn::GetAtt"][0])
+        for logical_id, resource in self.data["Resources"].items():
+            alias = resource.get("Properties", {}).get("AutoPublishAlias")
+            if alias and arn.get("Ref") == f"{logical_id}Alias{alias}":
+                return logical_id
+        raise ValueError(f"the authorizer's FunctionArn names no function of the template: {arn}")
 
     def routes(self) -> list[tuple[Route, Function]]:
         return [(route, fn) for fn in self.functions.values() for route in fn.routes]

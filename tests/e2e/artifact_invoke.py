@@ -42,7 +42,8 @@ class Context:
 def main(plan_file: str) -> None:
     plan: dict[str, Any] = json.loads(Path(plan_file).read_text(encoding="utf-8"))
     layer = Path(plan["layer_dir"])
-    lambda_paths = [plan["function_dir"], str(layer / "lib/python3.11/site-packages"), str(layer), plan["runtime_dir"]]
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    lambda_paths = [plan["function_dir"], str(layer / site), str(layer), plan["runtime_dir"]]
     sys.path[:0] = lambda_paths
     module_name, _, attr = plan["handler"].rpartition(".")
     handler = getattr(importlib.import_module(module_name), attr)
@@ -51,7 +52,8 @@ def main(plan_file: str) -> None:
     from seckill.scripts import lua_dir
 
     modules = {name: sys.modules[name].__file__ for name in WATCHED if name in sys.modules}
-    report = {"results": results, "modules": modules, "lua_dir": str(lua_dir())}
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    report = {"results": results, "modules": modules, "lua_dir": str(lua_dir()), "python": python}
     Path(plan["output"]).write_text(json.dumps(report), encoding="utf-8")
 
 

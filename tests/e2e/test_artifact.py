@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,7 +32,7 @@ from tests.helpers import body, closed_port, db_rows, load_event, new_user
 ARTIFACT = ROOT / ".aws-sam" / "build"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
 INVOKER = Path(__file__).with_name("artifact_invoke.py")
-# What the python3.11 runtime brings itself (/var/runtime): the layer leaves them out.
+# What the Python runtime brings itself (/var/runtime): the layer leaves them out.
 RUNTIME_SDK = ("boto3", "botocore", "s3transfer", "jmespath", "urllib3", "dateutil", "six.py")
 # Every function of the artifact has a test below that invokes it.
 INVOKED = {
@@ -78,6 +77,21 @@ def layer_dir(built: Template) -> Path:
     path = ARTIFACT / content
     assert path.is_dir(), path
     return path
+
+
+@pytest.fixture(scope="session")
+def runtime_python() -> str:
+    """An interpreter of the template's runtime version (the layer's compiled wheels and
+    bytecode are for it), found as layers/Makefile finds the one that builds them."""
+    found = subprocess.run(  # noqa: S603
+        ["make", "-s", "-C", str(ROOT / "layers"), "runtime-python"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        pytest.fail(f"no interpreter of the Lambda runtime's Python version: {found.stderr.strip()}")
+    return found.stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -138,7 +152,12 @@ Invoke = Callable[..., list[Any]]
 
 @pytest.fixture
 def invoke(
-    built: Template, layer_dir: Path, runtime_dir: Path, tmp_path: Path, session_queues: dict[str, str]
+    built: Template,
+    layer_dir: Path,
+    runtime_dir: Path,
+    runtime_python: str,
+    tmp_path: Path,
+    session_queues: dict[str, str],
 ) -> Invoke:
     """Runs the built function on events in a fresh interpreter; returns its answers."""
 
@@ -164,10 +183,11 @@ def invoke(
             "AWS_LAMBDA_FUNCTION_NAME": logical_id,
             **env,
         }
-        command = [sys.executable, "-I", "-S", "-B", str(INVOKER), str(plan_file)]
+        command = [runtime_python, "-I", "-S", "-B", str(INVOKER), str(plan_file)]
         done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=180, check=False)  # noqa: S603
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
         report = json.loads(output.read_text(encoding="utf-8"))
+        assert report["python"] == built.data["Globals"]["Function"]["Runtime"]
         # Imported from the artifact, not from this checkout or the test environment.
         modules = report["modules"]
         assert {"seckill", "aws_lambda_powertools"} <= set(modules)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -17,8 +18,17 @@ pytestmark = pytest.mark.e2e
 
 
 def flash_sale(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "seckill_local.flash_sale", *args]
+    command = [sys.executable, "-m", "seckill_demo.flash_sale", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+
+
+@pytest.fixture
+def seed() -> int:
+    """The sale's seed, from SECKILL_TEST_SEED to replay a failure; pytest shows what this
+    prints (its captured output) when the test fails."""
+    seed = int(os.environ.get("SECKILL_TEST_SEED") or secrets.randbelow(2**32))
+    print(f"flash sale seed {seed}: replay with SECKILL_TEST_SEED={seed} (or seckill-flash-sale --seed {seed})")
+    return seed
 
 
 @pytest.fixture
@@ -31,15 +41,18 @@ def sale_db(creds: Credentials) -> Iterator[str]:
     conn.close()
 
 
-def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str) -> None:
+def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int) -> None:
     report_file = tmp_path / "report.json"
     result = flash_sale(
         "--users", "120", "--stock", "30", "--presses", "3", "--concurrency", "24", "--containers", "2",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())
     assert report["ok"] is True
+    assert report["seed"] == seed
+    assert f"seed {seed}" in result.stderr  # said at the start
     assert report["requests"] == 360
     assert report["accepted"] == 30
     assert report["confirmed"] == 30
@@ -55,11 +68,12 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str) ->
     assert "All invariants hold." in result.stdout
 
 
-def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str) -> None:
+def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str, seed: int) -> None:
     report_file = tmp_path / "report.json"
     result = flash_sale(
         "--users", "10", "--stock", "25", "--presses", "4", "--concurrency", "8", "--containers", "1",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())
@@ -89,7 +103,7 @@ def test_options_are_validated() -> None:
     assert "--stock must be at least 1" in result.stderr
 
 
-def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str) -> None:
+def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int) -> None:
     """Every fault on (SQS sends refused or their replies lost, Redis replies lost, API and
     persister crashes, MySQL connections killed, malformed messages, Redis restarted empty
     mid-sale while orders wait in the DLQ): after draining, replaying the DLQ and
@@ -98,6 +112,7 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str) -> None:
     result = flash_sale(
         "--chaos", "--users", "150", "--stock", "30", "--presses", "3", "--concurrency", "24", "--containers", "2",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())

@@ -29,9 +29,6 @@ import pytest
 import redis as redis_lib
 import requests
 import schemathesis
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials as AwsCredentials
 from hypothesis import strategies as st
 from schemathesis.checks import (
     content_type_conformance,
@@ -44,14 +41,14 @@ from seckill import keys
 from seckill.db import Credentials
 from seckill.openapi import ADMIN, USER
 from seckill.tokens import mint_tokens
-from seckill_local.chaos import PrivateRedis
+from seckill_demo.faults import PrivateRedis
+from seckill_demo.stack import free_port
+from seckill_local.lambdas import local_parameters
 from seckill_local.openapi import DOCUMENT
 from seckill_local.runner import Runner
-from seckill_local.sqs import LOCAL_AWS
-from seckill_local.stack import free_port, local_parameters
 from seckill_local.template import TEMPLATE, Template
 from tests.e2e.test_local_runner import delete_queues_with_prefix, serving
-from tests.helpers import new_user
+from tests.helpers import new_user, signed
 
 pytestmark = pytest.mark.e2e
 
@@ -102,15 +99,11 @@ class UserToken(requests.auth.AuthBase):
 class SigV4(requests.auth.AuthBase):
     """Signs the request as an IAM principal would (``execute-api``), with the local credentials."""
 
-    def __init__(self) -> None:
-        self.credentials = AwsCredentials(LOCAL_AWS["AWS_ACCESS_KEY_ID"], LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
-
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         assert request.url is not None
         assert request.method is not None
-        signed = AWSRequest(method=request.method, url=request.url, data=request.body or b"")
-        SigV4Auth(self.credentials, "execute-api", LOCAL_AWS["AWS_DEFAULT_REGION"]).add_auth(signed)
-        request.headers.update({k: str(v) for k, v in signed.headers.items()})
+        body = request.body.encode() if isinstance(request.body, str) else request.body or b""
+        request.headers.update(signed(request.method, request.url, body))
         return request
 
 

@@ -9,18 +9,23 @@ import contextlib
 import json
 import os
 import random
+import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import redis as redis_lib
+from botocore.exceptions import ClientError
 
 from seckill import keys
 from seckill.db import Credentials, Database
@@ -28,16 +33,16 @@ from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
-from seckill.tokens import store_tokens
+from seckill.tokens import store_tokens, user_for_token
+from seckill_demo.faults import PrivateRedis
+from seckill_demo.stack import free_port
 from seckill_local.api import LocalHttpApi, make_server
-from seckill_local.chaos import PrivateRedis
 from seckill_local.feeder import QueueFeeder
-from seckill_local.lambdas import FunctionPool
+from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
 from seckill_local.runner import Runner
-from seckill_local.sqs import ensure_queues
-from seckill_local.stack import free_port, local_parameters
+from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import ROOT, TEMPLATE, Template
-from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user
+from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, signed
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
@@ -264,29 +269,44 @@ def test_http_public_route_needs_no_token(api_url: str, make_voucher: Callable[.
     assert (status, answer["code"]) == (400, "BAD_REQUEST")
 
 
-def test_http_admin_route_needs_a_sigv4_request(api_url: str, redis: Any) -> None:
+def test_http_admin_route_needs_a_valid_sigv4_signature(api_url: str, redis: Any) -> None:
+    """Signed with the local credentials: 201. Unsigned, a bearer token, another secret,
+    another access key, a body changed after signing: API Gateway's 403, nothing created."""
     shop_id = random.randint(10**12, 10**15)
     payload = json.loads(json.loads((EVENTS / "seckill_api_add_seckill_voucher.json").read_text())["body"])
     payload.update(shopId=shop_id, beginTime="2031-01-01T00:00:00Z", endTime="2031-01-02T00:00:00Z")
     data = json.dumps(payload).encode()
     url = f"{api_url}/voucher/seckill"
     json_type = {"content-type": "application/json"}
+    tampered = json.dumps(payload | {"stock": payload["stock"] + 1}).encode()
 
-    for headers in ({}, {"authorization": "Bearer whatever-token"}):
-        status, _, answer = http(url, "POST", json_type | headers, data)
-        assert (status, answer) == (403, {"message": "Forbidden"})
+    refused = [
+        (json_type, data),
+        (json_type | {"authorization": "Bearer whatever-token"}, data),
+        (json_type | {"authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/execute-api/"
+                                        "aws4_request, SignedHeaders=host, Signature=" + "0" * 64}, data),
+        (signed("POST", url, data, json_type, secret="not-the-local-secret"), data),
+        (signed("POST", url, data, json_type, key="AKIDSOMEONEELSE"), data),
+        (signed("POST", url, data, json_type), tampered),
+        (signed("POST", url, data, json_type, service="lambda"), data),
+    ]  # fmt: skip
+    for headers, body in refused:
+        status, _, answer = http(url, "POST", headers, body)
+        assert (status, answer) == (403, {"message": "Forbidden"}), headers
     status, _, answer = http(f"{api_url}/voucher/list/{shop_id}")
     assert answer["data"] == []
 
-    signed = {"authorization": "AWS4-HMAC-SHA256 Credential=LOCAL/20260101/us-east-1/execute-api/aws4_request"}
-    status, _, answer = http(url, "POST", json_type | signed, data)
+    status, _, answer = http(url, "POST", signed("POST", url, data, json_type), data)
     assert status == 201, answer
     voucher_id = answer["data"]
     try:
         assert type(voucher_id) is int
         assert redis.get(keys.stock(voucher_id)) == str(payload["stock"])
+        stop = f"{api_url}/voucher/seckill/{voucher_id}/stop"
+        status, _, answer = http(stop, "POST", signed("POST", stop))
+        assert (status, answer["data"]) == (200, voucher_id)
     finally:
-        redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id))
+        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
@@ -325,6 +345,47 @@ def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
 def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None:
     status, _, answer = http(f"{api_url}{path}", method)
     assert (status, answer) == (404, {"message": "Not Found"})
+
+
+# --- the worker-start hook ---------------------------------------------------------------------
+
+HOOK_LOG = "SECKILL_TEST_HOOK_LOG"
+
+
+def record_container_start(function: str, container: int) -> None:
+    """A worker hook (named by SECKILL_LOCAL_WORKER_HOOK): one line per container that starts."""
+    handler_imported = any(name.startswith(f"_local_{function}_") for name in sys.modules)
+    with open(os.environ[HOOK_LOG], "a", encoding="utf-8") as log:
+        log.write(f"{function} {container} {os.getpid()} {handler_imported}\n")
+
+
+def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runner, tmp_path: Path) -> None:
+    log = tmp_path / "starts.log"
+    fn = runner.function("AuthorizerFunction")
+    env = runner.environment(fn) | {
+        WORKER_HOOK: "tests.e2e.test_local_runner:record_container_start",
+        HOOK_LOG: str(log),
+    }
+    pool = FunctionPool(fn, env, 2)
+    try:
+        pool.warm()
+        assert pool.invoke(json.loads((EVENTS / "authorizer.json").read_text())) == {"isAuthorized": False}
+    finally:
+        pool.close()
+    starts = sorted(line.split() for line in log.read_text().splitlines())
+    assert [(name, number, imported) for name, number, _, imported in starts] == [
+        ("AuthorizerFunction", "0", "False"),
+        ("AuthorizerFunction", "1", "False"),
+    ]
+    assert len({pid for _, _, pid, _ in starts}) == 2
+    assert str(os.getpid()) not in {pid for _, _, pid, _ in starts}
+
+
+@pytest.mark.parametrize("spec", ["tests.e2e.test_local_runner:no_such_function", "no_such_module:hook", "no colon"])
+def test_a_worker_hook_that_names_nothing_is_refused_before_any_container_starts(runner: Runner, spec: str) -> None:
+    fn = runner.function("AuthorizerFunction")
+    with pytest.raises(ValueError, match="SECKILL_LOCAL_WORKER_HOOK"):
+        FunctionPool(fn, runner.environment(fn) | {WORKER_HOOK: spec}, 1)
 
 
 # --- the SQS feeder with the real persister ---------------------------------------------------
@@ -499,6 +560,82 @@ def test_seckill_local_invoke_keeps_function_logs_off_stdout(
     assert json.loads(result["body"])["code"] == "TRY_AGAIN"
     assert "Traceback" not in result["body"]
     assert "dependency unavailable" in done.stderr
+
+
+# --- seckill-local start-lambda: Lambda's Invoke API ------------------------------------------
+
+
+def wait_until(ready: Callable[[], bool], what: str, process: subprocess.Popen[Any], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"{what} exited early"
+        with contextlib.suppress(OSError):
+            if ready():
+                return
+        time.sleep(0.2)
+    pytest.fail(f"{what} did not come up within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def lambda_endpoint(env_vars_file: Path, sqs_endpoint: str, sqs: Any) -> Iterator[str]:
+    """``seckill-local start-lambda`` as a user starts it, on a free port."""
+    port, prefix = free_port(), f"l{uuid.uuid4().hex[:10]}-"
+    command = [str(SECKILL_LOCAL), "start-lambda", "--env-vars", str(env_vars_file), "--port", str(port)]
+    command += ["--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    try:
+        wait_until(lambda: bool(socket.create_connection(("127.0.0.1", port), timeout=1)), "start-lambda", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        delete_queues_with_prefix(sqs, prefix)
+
+
+def lambda_client(endpoint: str, secret: str = LOCAL_AWS["AWS_SECRET_ACCESS_KEY"]) -> Any:
+    return boto3.client(
+        "lambda",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=secret,
+    )
+
+
+def test_start_lambda_invokes_a_function_as_boto3_calls_it(lambda_endpoint: str, redis: Any) -> None:
+    client = lambda_client(lambda_endpoint)
+    user_id = new_user()
+    answer = client.invoke(
+        FunctionName="TokenMinterFunction", Payload=json.dumps({"userIds": [user_id], "ttlSeconds": 60})
+    )
+    assert answer["StatusCode"] == 200
+    assert "FunctionError" not in answer
+    minted = json.loads(answer["Payload"].read())
+    token = minted["tokens"][str(user_id)]
+    try:
+        assert user_for_token(redis, token) == user_id
+        assert 0 < redis.ttl(keys.login_token(token)) <= 60
+    finally:
+        redis.delete(keys.login_token(token))
+    # An ARN ending in the name is the same function; the function's own refusal comes back as its result.
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:TokenMinterFunction"
+    refused = json.loads(client.invoke(FunctionName=arn, Payload=b'{"userIds": []}')["Payload"].read())
+    assert refused == {"error": "userIds: a list of 1 to 10000 user ids"}
+
+
+def test_start_lambda_reports_what_lambda_reports(lambda_endpoint: str) -> None:
+    client = lambda_client(lambda_endpoint)
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke(FunctionName="NoSuchFunction", Payload=b"{}")
+    crashed = client.invoke(FunctionName="SeckillApiFunction", Payload=b'{"not": "an http event"}')
+    assert crashed["FunctionError"] == "Unhandled"
+    assert set(json.loads(crashed["Payload"].read())) == {"errorMessage", "errorType"}
+    with pytest.raises(ClientError) as refused:
+        lambda_client(lambda_endpoint, secret="not-the-local-secret").invoke(
+            FunctionName="TokenMinterFunction", Payload=b'{"userIds": [1]}'
+        )
+    assert refused.value.response["Error"]["Code"] == "InvalidSignatureException"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
 
 
 # --- scheduled functions -----------------------------------------------------------------------

@@ -162,6 +162,31 @@ def expect_refusal(response: dict[str, Any], status: int, code: str) -> None:
 # --- POST /voucher-order/seckill/{voucherId} ---------------------------------------------------
 
 
+def test_a_press_without_its_route_key_is_answered_the_same_through_the_resolver(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    orders_made: list[int],
+    order_queue: str,
+    sqs: Any,
+) -> None:
+    """The handler answers a press by its route key, past the resolver; the resolver
+    holds the route too (it is what the OpenAPI document is made from)."""
+    voucher_id, winner = make_voucher(stock=2), new_user()
+
+    def untagged(user_id: int | None) -> dict[str, Any]:
+        event = seckill_event(voucher_id, user_id)
+        event["routeKey"] = event["requestContext"]["routeKey"] = "$default"
+        return event
+
+    accepted = call(untagged(winner))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    assert accepted["headers"]["Location"] == f"/voucher-order/{body(accepted)['data']}"
+    assert [json.loads(m["Body"])["userId"] for m in drain(sqs, order_queue)] == [winner]
+    expect_refusal(call(untagged(winner)), 409, "DUPLICATE_ORDER")
+    expect_refusal(call(untagged(None)), 401, "UNAUTHORIZED")
+
+
 def test_seckill_accepted_is_202_with_order_id_location_and_queued_message(
     buy: Callable[[int, int], dict[str, Any]], make_voucher: Callable[..., int], order_queue: str, sqs: Any, redis: Any
 ) -> None:

@@ -170,6 +170,3 @@ def test_migrate_command_applies_the_schema(creds: Credentials) -> None:
     done = run_python("-m", "seckill.migrate", env=service_env(creds))
     assert done.returncode == 0, done.stderr
     assert f"schema applied to {creds.database}" in done.stdout
-
-
-# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import closed_port, run_python
 
+# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
 COMMANDS = {
     "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
     "seckill-reconcile": "seckill.reconcile:main",
@@ -18,7 +19,7 @@ COMMANDS = {
     "seckill-migrate": "seckill.migrate:main",
     "seckill-tokens": "seckill_local.tokens:main",
     "seckill-local": "seckill_local.runner:main",
-    "seckill-flash-sale": "seckill_local.flash_sale:main",
+    "seckill-flash-sale": "seckill_demo.flash_sale:main",
     "seckill-openapi": "seckill_local.openapi:main",
 }
 
@@ -46,7 +47,7 @@ def test_every_command_has_help() -> None:
         "seckill_ops.dlq_replay",
         "seckill_local.tokens",
         "seckill_local.runner",
-        "seckill_local.flash_sale",
+        "seckill_demo.flash_sale",
         "seckill_local.openapi",
     ):
         done = run_python("-m", module, "--help")

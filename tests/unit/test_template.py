@@ -43,6 +43,8 @@ OPTIONAL: dict[str, str] = {
     "AWS_ENDPOINT_URL_SQS": "local SQS only; declared as AWS::NoValue for sam local",
     "SECKILL_REFUSAL_CACHE_SECONDS": "tuning with a default",
     "SECKILL_STATUS_TTL_SECONDS": "tuning with a default",
+    "AWS_LAMBDA_INITIALIZATION_TYPE": "set by Lambda: on-demand, provisioned-concurrency or snap-start",
+    "_X_AMZN_TRACE_ID": "set by Lambda per invocation: whether X-Ray samples it",
 }
 
 
@@ -150,7 +152,9 @@ def test_variables_point_at_the_stacks_resources(template: Template, data: dict[
 
 def test_globals_runtime_tracing_network_and_layer(data: dict[str, Any]) -> None:
     globals_ = data["Globals"]["Function"]
-    assert globals_["Runtime"] == "python3.11"
+    # SnapStart (ColdStartMitigation=snapstart) needs Python 3.12 or later.
+    assert globals_["Runtime"] == "python3.12"
+    assert data["Resources"]["SeckillLayer"]["Properties"]["CompatibleRuntimes"] == ["python3.12"]
     assert globals_["Architectures"] == ["x86_64"]
     assert globals_["Tracing"] == "Active"
     assert globals_["Layers"] == [{"Ref": "SeckillLayer"}]
@@ -331,7 +335,7 @@ def test_no_policy_grants_wildcard_actions(data: dict[str, Any]) -> None:
     assert "secretsmanager:GetSecretValue" in checked
 
 
-# What SAM's transform makes of the template's roles, run offline with the SAM CLI's translator.
+# What SAM's transform makes of the template, run offline with the SAM CLI's translator.
 TRANSFORM = """
 import json, sys
 from samtranslator.translator.transform import transform
@@ -346,9 +350,7 @@ for resource in template["Resources"].values():
     for key in ("CodeUri", "ContentUri"):
         if key in resource.get("Properties", {}):
             resource["Properties"][key] = "s3://bucket/key"  # the transform wants code in S3
-out = transform(template, {}, NoManagedPolicies())
-roles = {name: r["Properties"] for name, r in out["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
-print(json.dumps(roles))
+print(json.dumps(transform(template, {}, NoManagedPolicies())))
 """
 # The only statements with Resource "*": AWS managed policies SAM attaches to every
 # function's role, each needed for a reason of its own.
@@ -363,7 +365,7 @@ JUSTIFIED_MANAGED_POLICIES = {
 
 
 @pytest.fixture(scope="module")
-def roles() -> dict[str, dict[str, Any]]:
+def transformed() -> dict[str, Any]:
     python = ROOT / ".venv-sam" / "bin" / "python"
     if not python.is_file():
         pytest.fail("SAM's translator comes with .venv-sam: run `make sam-setup`")
@@ -371,8 +373,13 @@ def roles() -> dict[str, dict[str, Any]]:
     done = subprocess.run(  # noqa: S603
         [str(python), "-c", TRANSFORM, str(ROOT / "template.yaml")], capture_output=True, text=True, env=env, check=True
     )
-    found: dict[str, dict[str, Any]] = json.loads(done.stdout)
+    found: dict[str, Any] = json.loads(done.stdout)
     return found
+
+
+@pytest.fixture(scope="module")
+def roles(transformed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: r["Properties"] for name, r in transformed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
 
 
 def test_no_iam_statement_allows_every_resource(roles: dict[str, dict[str, Any]]) -> None:
@@ -518,7 +525,9 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
     api = props(data, "SeckillHttpApi")
     assert api["Auth"]["EnableIamAuthorizer"] is True
     authorizer = api["Auth"]["Authorizers"][api["Auth"]["DefaultAuthorizer"]]
-    assert authorizer["FunctionArn"] == {"Fn::GetAtt": ["AuthorizerFunction", "Arn"]}
+    # Its alias, so that ColdStartMitigation applies; API Gateway is allowed to invoke it.
+    assert authorizer["FunctionArn"] == {"Ref": "AuthorizerFunctionAliaslive"}
+    assert authorizer["EnableFunctionDefaultPermissions"] is True
     # A logged-out token stops working within 30 s.
     assert int(authorizer["Identity"]["ReauthorizeEvery"]) == 30
     assert {"ThrottlingBurstLimit", "ThrottlingRateLimit"} <= set(api["DefaultRouteSettings"])
@@ -561,6 +570,100 @@ def test_outputs_an_operator_needs(data: dict[str, Any]) -> None:
     assert outputs["OrderQueueUrl"]["Value"] == {"Ref": "OrderQueue"}
     assert outputs["OrderDeadLetterQueueUrl"]["Value"] == {"Ref": "OrderDeadLetterQueue"}
     assert outputs["OrderPoisonQueueUrl"]["Value"] == {"Ref": "OrderPoisonQueue"}
+
+
+# --- the sale's first second: ColdStartMitigation ----------------------------------------------
+
+REQUEST_PATH = ("SeckillApiFunction", "AuthorizerFunction")
+MITIGATIONS = ("none", "provisioned", "snapstart")
+
+
+def evaluate(value: Any, data: dict[str, Any], parameters: dict[str, str]) -> Any:
+    """A template value with its conditions, ``If``s and parameter ``Ref``s resolved."""
+    if isinstance(value, list):
+        return [evaluate(v, data, parameters) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "Ref" in value and value["Ref"] in data["Parameters"]:
+        return parameters.get(value["Ref"], data["Parameters"][value["Ref"]].get("Default"))
+    if "Condition" in value and len(value) == 1:
+        return evaluate(data["Conditions"][value["Condition"]], data, parameters)
+    if "Fn::Equals" in value:
+        left, right = evaluate(value["Fn::Equals"], data, parameters)
+        return left == right
+    if "Fn::If" in value:
+        condition, then, otherwise = value["Fn::If"]
+        chosen = then if evaluate({"Condition": condition}, data, parameters) else otherwise
+        return evaluate(chosen, data, parameters)
+    return {k: evaluate(v, data, parameters) for k, v in value.items()}
+
+
+def deployed(transformed: dict[str, Any], mitigation: str) -> dict[str, dict[str, Any]]:
+    """The resources a stack with ColdStartMitigation=mitigation has, properties resolved."""
+    parameters = {"ColdStartMitigation": mitigation}
+    return {
+        name: {**resource, "Properties": evaluate(resource.get("Properties", {}), transformed, parameters)}
+        for name, resource in transformed["Resources"].items()
+        if "Condition" not in resource or evaluate({"Condition": resource["Condition"]}, transformed, parameters)
+    }
+
+
+def test_cold_start_mitigation_is_one_choice_off_by_default(data: dict[str, Any]) -> None:
+    parameter = data["Parameters"]["ColdStartMitigation"]
+    assert parameter["Default"] == "none"
+    assert parameter["AllowedValues"] == list(MITIGATIONS)
+    # Provisioned concurrency costs for every warm hour, SnapStart per GB cached and restored.
+    assert "billed" in parameter["Description"]
+
+
+@pytest.mark.parametrize("mitigation", MITIGATIONS)
+def test_each_choice_deploys_only_its_own_resources(transformed: dict[str, Any], mitigation: str) -> None:
+    resources = deployed(transformed, mitigation)
+    targets = {n: r["Properties"] for n, r in resources.items() if r["Type"].endswith("::ScalableTarget")}
+    for logical_id in REQUEST_PATH:
+        function = resources[logical_id]["Properties"]
+        # SnapStart and provisioned concurrency never meet on one version (AWS refuses it).
+        snapshotted = function["SnapStart"]["ApplyOn"] == "PublishedVersions"
+        assert snapshotted == (mitigation == "snapstart"), logical_id
+        assert "ProvisionedConcurrencyConfig" not in function
+        alias = resources[f"{logical_id}Aliaslive"]["Properties"]
+        assert alias["FunctionVersion"]["Fn::GetAtt"][0] in resources  # a version published from the function
+        warm = [t for t in targets.values() if t["ResourceId"] == {"Fn::Sub": f"function:${{{logical_id}}}:live"}]
+        assert len(warm) == (mitigation == "provisioned"), logical_id
+    if mitigation != "provisioned":
+        assert targets == {}
+
+
+def test_provisioned_concurrency_follows_the_sale_window(transformed: dict[str, Any], data: dict[str, Any]) -> None:
+    resources = deployed(transformed, "provisioned")
+    for name in ("SeckillApiWarmTarget", "AuthorizerWarmTarget"):
+        target = resources[name]["Properties"]
+        assert (target["ServiceNamespace"], target["ScalableDimension"]) == (
+            "lambda",
+            "lambda:function:ProvisionedConcurrency",
+        )
+        amount = int(data["Parameters"]["SaleWarmConcurrency"]["Default"])
+        assert (target["MinCapacity"], target["MaxCapacity"]) == (0, amount)
+        actions = {a["ScheduledActionName"]: a for a in target["ScheduledActions"]}
+        start, end = actions["warm-before-sale"], actions["release-after-sale"]
+        assert start["Schedule"] == data["Parameters"]["SaleWarmStart"]["Default"]
+        assert end["Schedule"] == data["Parameters"]["SaleWarmEnd"]["Default"]
+        assert start["ScalableTargetAction"] == {"MinCapacity": amount, "MaxCapacity": amount}
+        assert end["ScalableTargetAction"] == {"MinCapacity": 0, "MaxCapacity": 0}
+        assert start["Timezone"] == end["Timezone"] == data["Parameters"]["SeckillTimezone"]["Default"]
+        # The alias must exist before a target can name it.
+        assert transformed["Resources"][name]["DependsOn"].endswith("Aliaslive")
+
+
+def test_api_gateway_invokes_the_aliases(transformed: dict[str, Any]) -> None:
+    """The versions ColdStartMitigation warms or snapshots are the ones requests reach."""
+    body = json.dumps(transformed["Resources"]["SeckillHttpApi"]["Properties"]["Body"])
+    assert "${SeckillApiFunctionAliaslive}" in body
+    assert "${SeckillApiFunction.Arn}" not in body
+    assert '{"Ref": "AuthorizerFunctionAliaslive"}' in body
+    permissions = [r["Properties"] for r in transformed["Resources"].values() if r["Type"] == "AWS::Lambda::Permission"]
+    invoked = {json.dumps(p["FunctionName"]) for p in permissions if p["Principal"] == "apigateway.amazonaws.com"}
+    assert invoked == {json.dumps({"Ref": f"{fn}Aliaslive"}) for fn in REQUEST_PATH}
 
 
 # --- events/ and the env-vars files -----------------------------------------------------------------

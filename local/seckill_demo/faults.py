@@ -1,9 +1,11 @@
-"""Fault injection for local runs (``seckill-flash-sale --chaos``).
+"""The fault injectors of a chaos run (``seckill-flash-sale --chaos``).
 
-Installed in a function's worker process, before its handler is imported,
-when the env var ``SECKILL_LOCAL_CHAOS`` holds a JSON config. It works below
-our code, at the libraries' edges, so the service meets the faults exactly as
-it would in AWS:
+``install`` is the local runner's worker hook
+(``SECKILL_LOCAL_WORKER_HOOK=seckill_demo.faults:install``): it runs in a
+function's container before its handler is imported and, when the env var
+``SECKILL_DEMO_FAULTS`` holds a JSON config, arms the faults below. They work
+below our code, at the libraries' edges, so the service meets the faults exactly
+as it would in AWS:
 
 - ``sendFailure``: share of SQS SendMessage calls refused before anything left
   (a connection that could not be made: certainly not stored);
@@ -16,10 +18,12 @@ it would in AWS:
 
 Faults fire only while the config's ``armed`` file exists (the main job arms
 them for the sale and disarms them before draining, so the recovery it then
-checks is not itself under fire). Every fault injected is appended as one
+checks is not itself under fire). Each container draws its rolls from the run's
+``seed``, its function and its number. Every fault injected is appended as one
 JSON line to the config's ``log`` file.
 Faults from outside a function (connections killed in MySQL, malformed
-messages, a Redis restart) are injected by the main job itself.
+messages, a Redis restart) are injected by the main job itself
+(``seckill_demo.chaos``), with the instruments at the end of this module.
 """
 
 from __future__ import annotations
@@ -36,8 +40,14 @@ from typing import Any
 
 import redis as redis_lib
 
-ENV = "SECKILL_LOCAL_CHAOS"
+ENV = "SECKILL_DEMO_FAULTS"
+HOOK = "seckill_demo.faults:install"
 CRASH_EXIT_CODE = 70
+
+
+def rng(seed: int, *labels: object) -> random.Random:
+    """The random stream of one part of a run: the same seed and labels, the same draws."""
+    return random.Random(":".join(map(str, (seed, *labels))))
 
 
 def record(log: str | Path, fault: str, **details: Any) -> None:
@@ -53,18 +63,18 @@ def read_log(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def install(function: str) -> None:
-    """Arm the faults configured in ``SECKILL_LOCAL_CHAOS`` for this process, if any."""
+def install(function: str, container: int) -> None:
+    """Arm the faults configured in ``SECKILL_DEMO_FAULTS`` for this container, if any."""
     raw = os.environ.get(ENV)
     if not raw:
         return
     config = json.loads(raw)
     log = config["log"]
     armed = Path(config["armed"])
-    rng = random.Random(os.getpid() ^ time.time_ns())
+    rolls = rng(config["seed"], function, container)
 
     def chance() -> float:
-        return rng.random() if armed.exists() else 1.0
+        return rolls.random() if armed.exists() else 1.0
 
     send_failure = float(config.get("sendFailure", 0))
     send_crash = float(config.get("sendCrash", 0))
@@ -153,7 +163,9 @@ class ConnectionKiller:
     """Kills a share of the database's connections now and then: the persister's
     transactions fail mid-way as they would on a failover or a network cut."""
 
-    def __init__(self, creds: Any, log: Path, *, interval: float, share: float, spare: set[int]) -> None:
+    def __init__(
+        self, creds: Any, log: Path, *, interval: float, share: float, spare: set[int], chance: random.Random
+    ) -> None:
         import pymysql
 
         self.conn = pymysql.connect(
@@ -166,7 +178,7 @@ class ConnectionKiller:
         self.spare = spare | {self.conn.thread_id()}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="connection-killer", daemon=True)
-        self.chance = random.Random()
+        self.chance = chance
 
     def __enter__(self) -> ConnectionKiller:
         self.thread.start()
@@ -180,7 +192,9 @@ class ConnectionKiller:
     def _run(self) -> None:
         while not self.stop.wait(self.interval):
             with self.conn.cursor() as cursor:
-                cursor.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s", (self.database,))
+                cursor.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s ORDER BY ID", (self.database,)
+                )
                 ids = [int(row[0]) for row in cursor.fetchall()]
                 for thread_id in ids:
                     if thread_id in self.spare or self.chance.random() >= self.share:

@@ -1,4 +1,5 @@
-"""The local stand-ins the main job runs on: moto SQS, the HTTP API, the feeder."""
+"""The local stand-in the main job runs on (``seckill-local``: moto SQS, the HTTP API,
+the feeder), each in a process of its own, and the services it needs."""
 
 from __future__ import annotations
 
@@ -21,29 +22,12 @@ from redis.exceptions import RedisError
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials
-from seckill_local.sqs import LOCAL_AWS, sqs_client
+from seckill_local.sqs import sqs_client
 
 START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
 START_MARIADB = (
     "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd  (or: systemctl start mariadb)"
 )
-
-
-def local_parameters(redis_url: str, creds: Credentials) -> dict[str, str]:
-    """The ``Parameters`` of an env-vars file pointing the functions at local services."""
-    return {
-        "REDIS_URL": redis_url,
-        "DB_HOST": creds.host,
-        "DB_PORT": str(creds.port),
-        "DB_NAME": creds.database,
-        "DB_USER": creds.user,
-        "DB_PASSWORD": creds.password,
-        "DB_SECRET_ARN": "",
-        **LOCAL_AWS,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }
 
 
 def free_port() -> int:

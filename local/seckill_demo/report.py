@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,17 +11,7 @@ from rich.table import Table
 
 from seckill import keys
 from seckill.db import Database
-
-
-@dataclass
-class Press:
-    """One button press as the client saw it."""
-
-    user_id: int
-    status: int
-    code: str | None
-    order_id: str | None
-    latency_ms: float
+from seckill_demo.load import Press, percentiles, promised
 
 
 @dataclass
@@ -45,6 +34,7 @@ class Fault:
 @dataclass
 class Report:
     voucher_id: int
+    seed: int  # the run's random draws: --seed replays them
     users: int
     stock: int
     presses_per_user: int
@@ -61,20 +51,28 @@ class Report:
     redis_stock: int | None
     mysql_stock: int | None
     redelivered: int
-    reconciliation: dict[str, int]
+    reconciliation: dict[str, int] | None  # None: not run (a deployed stack reconciles on its schedule)
     checks: list[Check] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    endpoint: str = ""  # a deployed stack's; empty for a local run
+    not_checked: dict[str, str] = field(default_factory=dict)  # invariant -> why it cannot be checked here
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        return {"p50": values[0] if values else 0.0, "p95": 0.0, "p99": 0.0, "max": max(values, default=0.0)}
-    q = statistics.quantiles(values, n=100, method="inclusive")
-    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": max(values)}
+def press_figures(presses: list[Press], wall: float) -> dict[str, Any]:
+    """The report's figures about the presses themselves."""
+    return {
+        "requests": len(presses),
+        "accepted": len(promised(presses)),  # a press that resumed an earlier one's order has the same id
+        "refusals": dict(Counter(p.code or str(p.status) for p in presses if 400 <= p.status < 500)),
+        "errors": sum(p.status == 0 or p.status >= 500 for p in presses),
+        "wall_seconds": wall,
+        "throughput_rps": len(presses) / wall if wall else 0.0,
+        "latency_ms": percentiles([p.latency_ms for p in presses]),
+    }
 
 
 @dataclass(frozen=True)
@@ -179,11 +177,72 @@ def check_invariants(
     return checks
 
 
+# What a client of a deployed stack cannot see, and why.
+NOT_CHECKED_FROM_OUTSIDE = {
+    "no reservation left pending": "the pending marks are in Redis, which only the stack's VPC reaches",
+    "Redis stock equals MySQL stock": "Redis is private to the VPC: only MySQL's stock is listed",
+    "never both confirmed and failed": "the status route gives one status; the order and rejection tables "
+    "are in MySQL, which only the VPC reaches",
+}
+
+
+def check_from_outside(
+    presses: list[Press],
+    statuses: dict[int, tuple[str, str | None]],
+    listed_stock: int | None,
+    *,
+    stock: int,
+    users: int,
+) -> list[Check]:
+    """The invariants a client can check: from the answers to its presses, the status
+    route's answer for every order id it was given, and the voucher's stock in MySQL
+    as the voucher list shows it (each confirmed order took one unit of it)."""
+    promised: dict[int, set[int]] = {}  # order id -> users answered 202 with it
+    for p in presses:
+        if p.status == 202:
+            promised.setdefault(int(p.order_id or 0), set()).add(p.user_id)
+    ids_per_user = Counter(user for holders in promised.values() for user in holders)
+    max_ids = max(ids_per_user.values(), default=0)
+    shared = [i for i, holders in promised.items() if len(holders) > 1]
+    seen = Counter(status for status, _ in statuses.values())
+    confirmed = seen["CONFIRMED"]
+    undecided = len(statuses) - confirmed - seen["FAILED"]
+    sold = None if listed_stock is None else stock - listed_stock
+    listed = "the voucher is not on the list" if listed_stock is None else f"MySQL stock {listed_stock} (voucher list)"
+    expected = min(stock, users)
+    return [
+        Check("never oversold", sold is not None and 0 <= sold <= stock, f"{sold} sold of stock {stock}; {listed}"),
+        Check(
+            "sold exactly the stock",
+            len(promised) == expected and sold == expected,
+            f"{len(promised)} accepted, {sold} sold, expected {expected}",
+        ),
+        Check("no more 202s than stock", len(promised) <= stock, f"{len(promised)} order ids answered 202"),
+        Check(
+            "one order per user",
+            max_ids <= 1 and sold == confirmed,
+            f"max order ids answered 202 per user {max_ids}; no order beyond those (sold {sold}, "
+            f"confirmed {confirmed})",
+        ),
+        Check(
+            "every 202 decided, none lost",
+            undecided == 0 and not shared,
+            ", ".join(f"{k} {v}" for k, v in sorted(seen.items())) + f"; {len(shared)} ids given to two users",
+        ),
+        Check(
+            "a 503 leaves no order",
+            sold == confirmed,
+            f"{sold} units sold in MySQL, {confirmed} of them to orders answered 202",
+        ),
+    ]
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
         title=f"Flash sale: voucher {report.voucher_id}, stock {report.stock}, "
-        f"{report.users:,} users x {report.presses_per_user} presses",
+        f"{report.users:,} users x {report.presses_per_user} presses"
+        + (f" at {report.endpoint}" if report.endpoint else ""),
         show_header=False,
     )
     table.add_column(style="bold")
@@ -193,19 +252,25 @@ def render(report: Report, console: Console | None = None) -> None:
     for code, count in sorted(report.refusals.items()):
         table.add_row(f"refused {code}", f"{count:,}")
     table.add_row("errors (5xx, network)", f"{report.errors:,}")
-    table.add_row("orders in MySQL: confirmed", f"{report.confirmed:,}")
+    source = "by the status route" if report.endpoint else "in MySQL"
+    table.add_row(f"orders {source}: confirmed", f"{report.confirmed:,}")
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(report.failed_reasons.items()))
-    table.add_row("orders in MySQL: failed", f"{report.failed:,}" + (f" ({reasons})" if reasons else ""))
+    table.add_row(f"orders {source}: failed", f"{report.failed:,}" + (f" ({reasons})" if reasons else ""))
     rec = report.reconciliation
-    table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
-    table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
+    if rec is not None:
+        table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
+        table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
     table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
-    table.add_row("Redis stock / MySQL stock", f"{report.redis_stock} / {report.mysql_stock}")
+    if report.redis_stock is None:
+        table.add_row("MySQL stock (voucher list)", f"{report.mysql_stock}")
+    else:
+        table.add_row("Redis stock / MySQL stock", f"{report.redis_stock} / {report.mysql_stock}")
     table.add_row("throughput", f"{report.throughput_rps:,.0f} req/s over {report.wall_seconds:.2f} s")
     lat = report.latency_ms
     table.add_row(
         "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
     )
+    table.add_row("seed", str(report.seed))
     out.print(table)
     if report.faults:
         faults = Table(title="Faults injected")
@@ -221,4 +286,14 @@ def render(report: Report, console: Console | None = None) -> None:
     for c in report.checks:
         checks.add_row("[green]PASS[/]" if c.ok else "[red]FAIL[/]", c.name, c.detail)
     out.print(checks)
-    out.print("[bold green]All invariants hold.[/]" if report.ok else "[bold red]Invariants violated.[/]")
+    if report.not_checked:
+        unseen = Table(title="Not checked from outside the stack")
+        unseen.add_column("invariant")
+        unseen.add_column("why")
+        for name, why in report.not_checked.items():
+            unseen.add_row(name, why)
+        out.print(unseen)
+    if report.ok:
+        out.print("[bold green]All invariants hold.[/]")
+    else:
+        out.print(f"[bold red]Invariants violated:[/] replay with --seed {report.seed}")
