@@ -14,13 +14,13 @@ import warnings
 from collections import Counter
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import warmup
+from seckill import tracing, warmup
 from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
@@ -29,7 +29,7 @@ from seckill.scripts import Scripts
 
 logger = Logger()
 # The SQL statements and the poison queue's sends show as subsegments.
-tracer = Tracer(patch_modules=["pymysql", "botocore"])
+tracer = tracing.tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
 # Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.clients import redis_client, sqs_client
+from seckill import tracing
+from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.messages import OrderQueue, queue_depth
@@ -22,14 +23,15 @@ from seckill.recovery import recover_if_lost
 from seckill.scripts import Scripts
 
 logger = Logger()
-tracer = Tracer()
+tracer = tracing.tracer()
 metrics = Metrics(namespace="Seckill")
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 
 settings = Settings.from_env()
 redis = redis_client(settings)
 scripts = Scripts.register(redis)
-sqs = sqs_client()
+# The SQS client (boto3's service model, most of an init) is made at the first run, as elsewhere.
+sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
 

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pymysql
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
@@ -36,7 +36,7 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import openapi, orders, results, vouchers, warmup
+from seckill import openapi, orders, results, tracing, vouchers, warmup
 from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
@@ -49,7 +49,7 @@ from seckill.tally import Tally
 
 logger = Logger()
 # The SQL statements and SQS calls show as subsegments of a sampled invocation.
-tracer = Tracer(patch_modules=["pymysql", "botocore"])
+tracer = tracing.tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
 tally = Tally(metrics)
 # Invocations that publish nothing (their counts wait in the tally) are normal, not a warning.

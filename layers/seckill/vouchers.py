@@ -46,7 +46,10 @@ LocalTime = Annotated[
 class VoucherIn(BaseModel):
     """The body of ``POST /voucher`` (hm-dianping's ``Voucher``), amounts in cents."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
+    # Built at the first admin request that needs it, not at every cold start of the API.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True, defer_build=True
+    )
 
     shop_id: Annotated[int, Field(gt=0, le=2**63 - 1)]
     title: Annotated[str, Field(min_length=1, max_length=255)]
