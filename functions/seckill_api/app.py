@@ -43,11 +43,13 @@ from seckill.db import Database, is_connection_error
 from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
 from seckill.gate import Gate
 from seckill.ids import parse_id
+from seckill.logcontext import LogContext
 from seckill.messages import OrderQueue
 from seckill.scripts import Scripts
 from seckill.tally import Tally
 
 logger = Logger()
+log_context = LogContext(logger, correlation_id=lambda event: event.get("requestContext", {}).get("requestId"))
 # The SQL statements and SQS calls show as subsegments of a sampled invocation.
 tracer = tracing.tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
@@ -90,15 +92,27 @@ def user_of(event: dict[str, Any]) -> int:
     return parse_id(user_id, "userId")
 
 
-def press(event: dict[str, Any]) -> Response:
-    """POST /voucher-order/seckill/{voucherId}: 202 with the order id, or the refusal."""
+def place(event: dict[str, Any]) -> int:
+    """The press's order id, or the error that answers it."""
+    user_id = user_of(event)
+    voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
+    return orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+
+
+def press(event: dict[str, Any]) -> dict[str, Any]:
+    """POST /voucher-order/seckill/{voucherId}, as the HTTP API integration answers it:
+    202 with the order id, or the refusal (prebuilt: a sale repeats a handful of them)."""
     try:
-        user_id = user_of(event)
-        voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
-        ttl = settings.status_ttl_seconds
-        order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=ttl)
+        order_id = place(event)
+    except SeckillError as error:
+        account(error)
+        return results.refusal(error.status, error.code, error.message)
     except Exception as error:
-        return error_response(error)
+        return results.http_api(error_response(error), event)
+    return results.http_api(accepted(order_id), event)
+
+
+def accepted(order_id: int) -> Response[str]:
     metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
     return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 
@@ -127,7 +141,7 @@ def press(event: dict[str, Any]) -> Response:
     ),
 )
 def press_route(voucherId: openapi.IdText) -> Response[str]:
-    return press(app.current_event.raw_event)
+    return accepted(place(app.current_event.raw_event))
 
 
 def require_admin() -> None:
@@ -280,6 +294,12 @@ def error_response(error: Exception) -> Response:
 
 
 def refused(error: SeckillError) -> Response:
+    account(error)
+    return results.fail(error.status, error.code, error.message)
+
+
+def account(error: SeckillError) -> None:
+    """A refusal's trace of itself: a 503 logged and counted, any other summed in the tally."""
     if isinstance(error, TryAgain):
         logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
         metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
@@ -287,7 +307,6 @@ def refused(error: SeckillError) -> Response:
         tally.count(f"Refused{error.code}")
         if traced():
             tracer.put_annotation(key="refusal", value=error.code)
-    return results.fail(error.status, error.code, error.message)
 
 
 @app.not_found
@@ -297,14 +316,13 @@ def no_route(_: NotFoundError) -> Response:
 
 def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if event.get("routeKey") == PRESS:
-        return results.http_api(press(event), event)
+        return press(event)
     return app.resolve(event, context)
 
 
-@logger.inject_lambda_context
+@log_context.inject
 @tally.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    logger.set_correlation_id(event.get("requestContext", {}).get("requestId"))
     if not traced():
         return respond(event, context)
     return traced_handler(event, context)

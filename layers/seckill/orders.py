@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +40,8 @@ def place_order(
     reconciliation otherwise fails it, so it can never be confirmed unseen.
     """
     try:
-        reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+        # 32 hex digits, as uuid4().hex, from os.urandom at a third of its cost.
+        reservation = gate.reserve(voucher_id, user_id, secrets.token_hex(16))
     except (RedisConnectionError, RedisTimeoutError) as exc:
         # The script may have run before its reply was lost: that reservation carries
         # no order id, and the user's next press takes it over.

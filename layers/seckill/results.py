@@ -34,6 +34,18 @@ def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None)
     )
 
 
+def refusal(status: int, code: str, message: str) -> dict[str, Any]:
+    """A refusal as ``http_api`` answers it, built once per refusal and copied per request:
+    it depends on nothing in the request (the press has no CORS and no compression)."""
+    answer = _refusal(status, code, message)
+    return {**answer, "headers": {**answer["headers"]}, "cookies": []}
+
+
+@functools.lru_cache(maxsize=64)
+def _refusal(status: int, code: str, message: str) -> dict[str, Any]:
+    return http_api(fail(status, code, message), {})
+
+
 def http_api(response: Response, event: dict[str, Any]) -> dict[str, Any]:
     """What an HTTP API (payload 2.0) integration returns, serialized as the Powertools resolver does,
     for a route answered without it."""
