@@ -16,6 +16,8 @@ Redis round trip (none while the sold-out answer is cached):
 - Traces: invocations X-Ray samples get the handler's subsegment, annotated with
   the route, the status and the refusal's code, and the SQL and SQS calls'
   subsegments; the others skip the tracer (X-Ray would discard what it built).
+- Logs: the Lambda context and correlation id join the log keys only when an
+  invocation logs (seckill.logcontext); a refusal's answer is built once.
 """
 
 from __future__ import annotations
