@@ -1,0 +1,149 @@
+"""The Docker engine a run uses (the running one, or a dockerd of its own) and the
+relays that let containers reach services bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from scripts.sam_local.commands import Commands, ensure_installed, is_root, tail
+from scripts.sam_local.progress import Unavailable
+
+# No NAT rules and no change to IP forwarding: the containers only talk to this host.
+DOCKERD_FLAGS = ["--iptables=false", "--ip-forward=false", "--ip-masq=false"]
+# The label sam local puts on the containers it starts.
+SAM_CONTAINER_LABEL = "sam.cli.container.type=lambda"
+
+
+def _wait(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    raise Unavailable(f"{what} within {timeout:.0f} s")
+
+
+class DockerHost:
+    def __init__(self, commands: Commands, log_dir: Path) -> None:
+        self.commands = commands
+        self.log_dir = log_dir
+        self.dockerd: subprocess.Popen[bytes] | None = None
+
+    def reachable(self) -> bool:
+        if shutil.which("docker") is None:
+            return False
+        done = self.commands.run(["docker", "info", "--format", "{{.ServerVersion}}"], "docker-info", timeout=30, check=False)
+        return done.returncode == 0
+
+    def start(self) -> str:
+        """Use the running engine, or install and start one. Says which."""
+        if self.reachable():
+            return "the running Docker engine"
+        if not is_root():
+            raise Unavailable("Docker is not running and only root can start it here: start dockerd, or run as root")
+        installed = ensure_installed(self.commands, {"dockerd": "docker.io", "docker": "docker.io"})
+        log = (self.log_dir / "dockerd.log").open("wb")
+        # A session of its own: Ctrl-C reaches the run, which then stops it in order.
+        self.dockerd = subprocess.Popen(["dockerd", *DOCKERD_FLAGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not self.reachable():
+            if self.dockerd.poll() is not None or time.monotonic() > deadline:
+                text = (self.log_dir / "dockerd.log").read_text(encoding="utf-8", errors="replace")
+                self.stop()
+                raise Unavailable(f"dockerd did not start:\n{tail(text)}")
+            time.sleep(0.5)
+        how = f"installed {', '.join(installed)} and started" if installed else "started"
+        return f"dockerd {how} for this run ({' '.join(DOCKERD_FLAGS)}; stopped at the end)"
+
+    def stop(self) -> bool:
+        """Stop dockerd if this run started it (it stops its containerd too)."""
+        if self.dockerd is None:
+            return False
+        self.dockerd.terminate()
+        try:
+            self.dockerd.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.dockerd.kill()
+            self.dockerd.wait(timeout=10)
+        self.dockerd = None
+        return True
+
+    def gateway(self) -> str:
+        """The default bridge's address on this host: what host.docker.internal:host-gateway names."""
+        done = self.commands.run(["docker", "network", "inspect", "bridge"], "docker-network", timeout=30)
+        config = json.loads(done.stdout)[0]["IPAM"]["Config"][0]
+        # The default bridge may not report its gateway: it is the subnet's first address.
+        return str(config.get("Gateway") or next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+    def image_labels(self, image: str) -> dict[str, str] | None:
+        """The image's labels, or None when there is no such image here."""
+        done = self.commands.run(["docker", "image", "inspect", image], "docker-image-inspect", timeout=30, check=False)
+        if done.returncode != 0:
+            return None
+        return json.loads(done.stdout)[0]["Config"].get("Labels") or {}
+
+    def sam_containers(self) -> set[str]:
+        done = self.commands.run(
+            ["docker", "ps", "-aq", "--no-trunc", "--filter", f"label={SAM_CONTAINER_LABEL}"], "docker-ps", timeout=30
+        )
+        return set(done.stdout.split())
+
+    def remove_containers(self, ids: set[str]) -> None:
+        if ids:
+            self.commands.run(["docker", "rm", "-f", *sorted(ids)], "docker-rm", timeout=120)
+
+
+class Relays:
+    """socat relays bound on the bridge address, each forwarding to a port on 127.0.0.1."""
+
+    def __init__(self, commands: Commands, log_dir: Path, bind: str) -> None:
+        self.commands = commands
+        self.log_dir = log_dir
+        self.bind = bind
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def add(self, name: str, target_port: int) -> int:
+        ensure_installed(self.commands, {"socat": "socat"})
+        port = free_port(self.bind)
+        log = (self.log_dir / f"relay-{name}.log").open("wb")
+        process = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{port},bind={self.bind},fork,reuseaddr", f"TCP:127.0.0.1:{target_port}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        _wait(lambda: process.poll() is None and _listening(self.bind, port), 10, f"the {name} relay did not listen")
+        return port
+
+    def stop(self) -> int:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        stopped, self.processes = len(self.processes), []
+        return stopped
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
