@@ -59,18 +59,22 @@ def redis_proxy(settings: Settings) -> Iterator[LossyProxy]:
 
 
 @pytest.fixture
-def lossy_gate(redis_proxy: LossyProxy) -> Gate:
+def lossy_redis(redis_proxy: LossyProxy) -> Any:
     """The service's own Redis client (timeouts, retries) reaching Redis through the proxy."""
-    client = redis_client(Settings.from_env({"REDIS_URL": f"redis://{redis_proxy.url_host}/0"}))
-    return Gate(client, Scripts.register(client), refusal_cache_seconds=0)
+    return redis_client(Settings.from_env({"REDIS_URL": f"redis://{redis_proxy.url_host}/0"}))
 
 
-def persist_all(sqs: Any, url: str, db: Database, gate: Gate) -> list[tuple[int, str]]:
+@pytest.fixture
+def lossy_gate(lossy_redis: Any) -> Gate:
+    return Gate(lossy_redis, Scripts.register(lossy_redis), refusal_cache_seconds=0)
+
+
+def persist_all(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> list[tuple[int, str]]:
     """What the persister does with everything on the queue: (order id, status) per message."""
     decided = []
     for m in drain(sqs, url):
         message = OrderMessage.from_json(m["Body"])
-        decided.append((message.order_id, persist_order(db, gate, message).status))
+        decided.append((message.order_id, persist_order(db, redis, gate, message).status))
     return decided
 
 
@@ -126,16 +130,16 @@ def test_sqs_stored_the_order_but_its_reply_was_lost_so_the_press_is_202_and_con
     url = queues["OrderQueue"]
     voucher_id, buyer, late = make_voucher(stock=1), new_user(), new_user()
     sqs_proxy.drop_replies = FOREVER
-    order_id = place_order(gate, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    order_id = place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     sqs_proxy.drop_replies = 0
 
     mark = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert mark is not None
     assert (mark.order_id, mark.promised) == (order_id, True)
     with pytest.raises(SeckillError) as refused:
-        place_order(gate, OrderQueue(lossy_sqs, url), db, voucher_id, late, status_ttl=TTL)
+        place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, late, status_ttl=TTL)
     assert refused.value.code == "SOLD_OUT"
-    decided = persist_all(sqs, url, db, gate)
+    decided = persist_all(sqs, url, db, redis, gate)
     assert len(decided) > 1, "botocore's retries stored several copies"
     assert set(decided) == {(order_id, "CONFIRMED")}
     assert confirmed(db, voucher_id) == [{"id": order_id, "user_id": buyer}]
@@ -158,13 +162,13 @@ def test_a_promised_order_whose_send_was_in_doubt_and_never_arrived_is_requeued(
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=2), new_user()
     sqs_proxy.drop_replies = FOREVER
-    order_id = place_order(gate, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    order_id = place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     sqs_proxy.drop_replies = 0
     drain(sqs, url)
 
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, url), voucher_id, drained=True)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id, drained=True)
     assert result.requeued == [str(order_id)]
-    assert persist_all(sqs, url, db, gate) == [(order_id, "CONFIRMED")]
+    assert persist_all(sqs, url, db, redis, gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("1", 1)
 
 
@@ -188,6 +192,7 @@ def refused_send_then_redis_gone(
 
 
 def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_same_order(
+    lossy_redis: Any,
     db: Database,
     redis: Any,
     sqs: Any,
@@ -202,7 +207,7 @@ def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_sam
     id the user never received."""
     voucher_id, buyer = make_voucher(stock=2), new_user()
     with pytest.raises(SeckillError) as first:
-        place_order(lossy_gate, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
     assert (first.value.status, first.value.code) == (503, "TRY_AGAIN")
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
@@ -211,13 +216,14 @@ def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_sam
     assert not stranded.promised
 
     url = queues["OrderQueue"]
-    order_id = place_order(lossy_gate, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert order_id == stranded.order_id, "the retry is answered with the order the 503 left behind"
-    assert persist_all(sqs, url, db, lossy_gate) == [(order_id, "CONFIRMED")]
+    assert persist_all(sqs, url, db, lossy_redis, lossy_gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("1", 1)
 
 
 def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
+    lossy_redis: Any,
     db: Database,
     gate: Gate,
     redis: Any,
@@ -230,14 +236,14 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
 ) -> None:
     voucher_id, buyer = make_voucher(stock=2), new_user()
     with pytest.raises(SeckillError):
-        place_order(lossy_gate, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert stranded is not None
     assert stranded.order_id is not None
 
     url = queues["OrderQueue"]
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, url), voucher_id)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id)
     assert (result.failed, result.requeued) == ([str(stranded.order_id)], [])
     assert drain(sqs, url) == []
     assert confirmed(db, voucher_id) == []
@@ -249,6 +255,7 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
 
 
 def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
+    lossy_redis: Any,
     db: Database,
     redis: Any,
     sqs: Any,
@@ -263,14 +270,14 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     voucher_id, buyer = make_voucher(stock=2), new_user()
     redis_proxy.only_after, redis_proxy.drop_replies = b"EVALSHA", FOREVER
     with pytest.raises(SeckillError) as lost:
-        place_order(lossy_gate, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+        place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert (lost.value.status, lost.value.code) == (503, "TRY_AGAIN")
     redis_proxy.drop_replies = 0
     assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
 
-    order_id = place_order(lossy_gate, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert redis.get(keys.stock(voucher_id)) == "1", "the retry took the held unit over, not a second one"
-    assert persist_all(sqs, url, db, lossy_gate) == [(order_id, "CONFIRMED")]
+    assert persist_all(sqs, url, db, lossy_redis, lossy_gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("1", 1)
 
 
@@ -281,7 +288,9 @@ def test_an_unreachable_gate_is_503_and_nothing_is_held(
     unreachable = Gate(client, Scripts.register(client))
     voucher_id = make_voucher(stock=2)
     with pytest.raises(SeckillError) as error:
-        place_order(unreachable, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=TTL)
+        place_order(
+            unreachable, client, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=TTL
+        )
     assert error.value.code == "TRY_AGAIN"
     assert isinstance(error.value.__cause__, RedisConnectionError)
     assert redis.get(keys.stock(voucher_id)) == "2"
@@ -295,9 +304,9 @@ def test_a_concurrent_second_press_of_the_same_user_never_gets_a_second_unit(
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=3), new_user()
     slow = gate.reserve(voucher_id, buyer, uuid.uuid4().hex)  # a press still running
-    order_id = place_order(gate, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    order_id = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert gate.attach(slow, order_id + 1) == TAKEN_OVER  # the slow press answers 409
-    assert persist_all(sqs, url, db, gate) == [(order_id, "CONFIRMED")]
+    assert persist_all(sqs, url, db, redis, gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("2", 2)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from seckill import keys
-from seckill.db import Credentials
+from seckill.db import Credentials, Database
 from seckill.gate import Gate
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, queue_depth
@@ -109,6 +109,25 @@ def test_reconciler_function_refuses_a_pending_age_a_live_request_may_have(
 ) -> None:
     with pytest.raises(ValueError, match="pendingAgeSeconds must be at least 30"):
         handlers["ReconcilerFunction"]({"pendingAgeSeconds": 5}, context)
+
+
+def test_reconciler_function_rebuilds_a_voucher_redis_lost_before_it_reconciles(
+    handlers: dict[str, Callable[..., Any]],
+    context: Any,
+    db: Database,
+    redis: Any,
+    order_queue: str,
+    make_voucher: Callable[..., int],
+) -> None:
+    """The scheduled run is the automatic way back: recovery (the queue is drained),
+    then reconciliation of the rebuilt voucher."""
+    voucher_id = make_voucher(stock=4)
+    redis.delete(*keys.voucher_keys(voucher_id))
+    result = handlers["ReconcilerFunction"]({"pendingAgeSeconds": 30}, context)
+    assert result["recovery"] == {"lost": True, "blocked": ""}
+    assert result["totals"]["rebuilt"] >= 1
+    assert result["totals"]["missing"] == 0
+    assert redis.get(keys.stock(voucher_id)) == "4"
 
 
 def test_reconcile_command_needs_the_queue(creds: Credentials) -> None:

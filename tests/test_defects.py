@@ -200,7 +200,7 @@ def test_defect_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
 
 
 def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
+    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
 ) -> None:
     """D4: the original consumer stopped for good at its first unexpected exception, and
     its queue then only grew.
@@ -208,7 +208,7 @@ def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
     A bad record in a batch is reported alone in batchItemFailures; the good records of that
     batch are confirmed, and a later batch is still processed."""
     voucher_id = make_voucher(stock=5)
-    first, second, later = (accept(gate, voucher_id) for _ in range(3))
+    first, second, later = (accept(gate, redis, voucher_id) for _ in range(3))
     send(sqs, queue_url, first.to_json(), MALFORMED, second.to_json())
 
     done, failed = poll(queue_url)
@@ -249,9 +249,9 @@ def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     The function died after attaching the order id, before the send and before any 202:
     reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, voucher_id, promise=False)  # ...and nothing was sent
+    message = accept(gate, redis, voucher_id, promise=False)  # ...and nothing was sent
 
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id, drained=False)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id, drained=False)
 
     assert result.failed == [str(message.order_id)]
     assert queue_depth(sqs, queue_url) == 0
@@ -272,7 +272,7 @@ def test_defect_crash_between_gate_and_send_without_an_order_id_is_released(
     gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # ...and the function died
     assert redis.get(keys.stock(voucher_id)) == "2"
 
-    result = reconcile_voucher(db, gate, OrderQueue(sqs, queue_url), voucher_id)
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id)
 
     assert (result.released, result.requeued) == ([user_id], [])
     assert queue_depth(sqs, queue_url) == 0
@@ -287,14 +287,14 @@ def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drain
     """D7: the original wrote Redis and MySQL separately and never compensated a failure
     between the two, so they stayed apart."""
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     queue = OrderQueue(sqs, queue_url)
     queue.send(message)
     redis.set(keys.stock(voucher_id), 9)  # drifted
 
     def run() -> Any:
         drained = queue_depth(sqs, queue_url) == 0
-        return reconcile_voucher(db, gate, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
+        return reconcile_voucher(db, redis, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
 
     reported = run()  # the order is still on the queue
     assert (reported.drift.drifted, reported.repaired) == (True, False)
@@ -350,7 +350,7 @@ def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
 ) -> None:
     """Outcome "order inserted, stock decremented | CONFIRMED; the pending mark in Redis is cleared" """
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     assert redis.hexists(keys.pending(voucher_id), str(message.user_id))
     send(sqs, queue_url, message.to_json())
 
@@ -362,11 +362,11 @@ def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
 
 
 def test_row_same_order_id_again_is_success_and_changes_nothing(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
+    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
 ) -> None:
     """Outcome "the same order id already stored (redelivery, replay) | success, nothing changes" """
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     send(sqs, queue_url, message.to_json())
     assert poll(queue_url) == ([message.to_json()], [])
     rejections = "SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s"
@@ -385,7 +385,7 @@ def test_row_same_user_other_order_is_failed_duplicate_recorded_not_retried(
     """Outcome "this user already has another order for the voucher | FAILED `DUPLICATE_ORDER`,
     recorded, not retried" """
     voucher_id = make_voucher(stock=5)
-    first = accept(gate, voucher_id)
+    first = accept(gate, redis, voucher_id)
     send(sqs, queue_url, first.to_json())
     assert poll(queue_url) == ([first.to_json()], [])
     # Another order id for the same user, e.g. after a Redis failover forgot the buyer.
@@ -406,7 +406,7 @@ def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
 ) -> None:
     """Outcome "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     send(sqs, queue_url, message.to_json())
 
@@ -451,7 +451,7 @@ def test_row_database_unreachable_is_a_batch_item_failure_then_retried_by_sqs(
 
     (How a failure that outlives maxReceiveCount reaches the DLQ is the malformed row's test.)"""
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     send(sqs, queue_url, message.to_json())
     module = sys.modules[handlers["OrderPersisterFunction"].__module__]
     unreachable = Database(Credentials("127.0.0.1", 1, creds.user, creds.password, creds.database))

@@ -56,10 +56,10 @@ def test_confirmed_inserts_decrements_and_clears_the_pending_mark(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     assert pending_mark(redis, message) is not None
 
-    decision = persist_order(db, gate, message)
+    decision = persist_order(db, redis, gate, message)
 
     assert decision == Decision("CONFIRMED", None, changed=True)
     [row] = orders(db, id=message.order_id)
@@ -78,11 +78,11 @@ def test_same_order_id_again_changes_nothing(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accept(gate, voucher_id)
-    assert persist_order(db, gate, message).changed is True
+    message = accept(gate, redis, voucher_id)
+    assert persist_order(db, redis, gate, message).changed is True
 
     for _ in range(3):
-        assert persist_order(db, gate, message) == Decision("CONFIRMED", None, changed=False)
+        assert persist_order(db, redis, gate, message) == Decision("CONFIRMED", None, changed=False)
     assert len(orders(db, id=message.order_id)) == 1
     assert db_stock(db, voucher_id) == 9
     assert rejection(db, message.order_id) is None
@@ -92,11 +92,11 @@ def test_redelivery_of_a_confirmed_order_with_a_later_reservation_pending(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accept(gate, voucher_id)
-    persist_order(db, gate, message)
+    message = accept(gate, redis, voucher_id)
+    persist_order(db, redis, gate, message)
     # Some later pending mark of the same user (e.g. written by hand while reconciling).
     redis.hset(keys.pending(voucher_id), str(message.user_id), "1:other:42")
-    persist_order(db, gate, message)
+    persist_order(db, redis, gate, message)
     # A redelivery settles only its own order id.
     assert pending_mark(redis, message) == "1:other:42"
 
@@ -108,11 +108,11 @@ def test_another_order_of_the_same_user_fails_duplicate(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    first = accept(gate, voucher_id)
-    persist_order(db, gate, first)
+    first = accept(gate, redis, voucher_id)
+    persist_order(db, redis, gate, first)
     second = fabricated(voucher_id, first.user_id, redis)
 
-    decision = persist_order(db, gate, second)
+    decision = persist_order(db, redis, gate, second)
 
     assert decision == Decision("FAILED", "DUPLICATE_ORDER", changed=True)
     row = rejection(db, second.order_id)
@@ -130,11 +130,11 @@ def test_database_stock_zero_fails_sold_out_and_clears_the_mark(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     # Redis and MySQL drifted: the database has nothing left.
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
 
-    decision = persist_order(db, gate, message)
+    decision = persist_order(db, redis, gate, message)
 
     assert decision == Decision("FAILED", "SOLD_OUT", changed=True)
     assert orders(db, id=message.order_id) == []
@@ -151,10 +151,10 @@ def test_last_unit_goes_to_the_first_order_only(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=1)
-    winner = accept(gate, voucher_id)
+    winner = accept(gate, redis, voucher_id)
     late = fabricated(voucher_id, new_user(), redis)
-    assert persist_order(db, gate, winner).status == "CONFIRMED"
-    assert persist_order(db, gate, late) == Decision("FAILED", "SOLD_OUT", changed=True)
+    assert persist_order(db, redis, gate, winner).status == "CONFIRMED"
+    assert persist_order(db, redis, gate, late) == Decision("FAILED", "SOLD_OUT", changed=True)
     assert db_stock(db, voucher_id) == 0
     assert [r["id"] for r in orders(db, voucher_id=voucher_id)] == [winner.order_id]
 
@@ -166,7 +166,7 @@ def test_unknown_voucher_fails_voucher_not_found(db: Database, gate: Gate, redis
     voucher_id = secrets.randbelow(10**12) + 10**15  # far above the suite's AUTO_INCREMENT
     message = fabricated(voucher_id, new_user(), redis)
 
-    assert persist_order(db, gate, message) == Decision("FAILED", "VOUCHER_NOT_FOUND", changed=True)
+    assert persist_order(db, redis, gate, message) == Decision("FAILED", "VOUCHER_NOT_FOUND", changed=True)
     # The inserted order rolled back with its transaction.
     assert orders(db, id=message.order_id) == []
     row = rejection(db, message.order_id)
@@ -181,14 +181,14 @@ def test_rejected_order_redelivered_stays_failed_never_both(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    assert persist_order(db, gate, message).reason == "SOLD_OUT"
+    assert persist_order(db, redis, gate, message).reason == "SOLD_OUT"
 
     # Stock comes back in the database; a redelivery must still not confirm the order.
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 5 WHERE voucher_id = %s", voucher_id)
     for _ in range(2):
-        assert persist_order(db, gate, message) == Decision("FAILED", "SOLD_OUT", changed=False)
+        assert persist_order(db, redis, gate, message) == Decision("FAILED", "SOLD_OUT", changed=False)
     assert orders(db, id=message.order_id) == []
     assert db_stock(db, voucher_id) == 5
     assert len(db_rows(db, "SELECT * FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)) == 1
@@ -198,11 +198,11 @@ def test_duplicate_redelivered_stays_failed(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    first = accept(gate, voucher_id)
-    persist_order(db, gate, first)
+    first = accept(gate, redis, voucher_id)
+    persist_order(db, redis, gate, first)
     second = fabricated(voucher_id, first.user_id, redis)
-    persist_order(db, gate, second)
-    assert persist_order(db, gate, second) == Decision("FAILED", "DUPLICATE_ORDER", changed=False)
+    persist_order(db, redis, gate, second)
+    assert persist_order(db, redis, gate, second) == Decision("FAILED", "DUPLICATE_ORDER", changed=False)
     assert orders(db, id=second.order_id) == []
     assert db_stock(db, voucher_id) == 4
 
@@ -214,13 +214,13 @@ def test_concurrent_redeliveries_confirm_once(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     decisions: list[Decision] = []
     start = threading.Barrier(4)
 
     def deliver() -> None:
         start.wait()
-        decisions.append(persist_order(db, gate, message))  # each thread has its own connection
+        decisions.append(persist_order(db, redis, gate, message))  # each thread has its own connection
 
     workers = [threading.Thread(target=deliver) for _ in range(4)]
     for worker in workers:
@@ -238,7 +238,7 @@ def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
     db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
     decisions: list[Decision] = []
     deadlocks: list[pymysql.err.OperationalError] = []
@@ -247,7 +247,7 @@ def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
     def deliver() -> None:
         start.wait()
         try:
-            decisions.append(persist_order(db, gate, message))
+            decisions.append(persist_order(db, redis, gate, message))
         except pymysql.err.OperationalError as exc:
             # Waiters on a rolled-back duplicate insert may deadlock: the contract has SQS retry those.
             deadlocks.append(exc)
@@ -259,7 +259,7 @@ def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
         worker.join()
     assert all(exc.args[0] == 1213 for exc in deadlocks)
     # The retries SQS would make.
-    decisions.extend(persist_order(db, gate, message) for _ in deadlocks)
+    decisions.extend(persist_order(db, redis, gate, message) for _ in deadlocks)
 
     # Exactly one delivery recorded the refusal; the others found it decided.
     assert sorted(d.changed for d in decisions) == [False, False, False, True]
@@ -274,12 +274,12 @@ def test_unreachable_database_propagates_and_writes_nothing(
     db: Database, creds: Credentials, gate: Gate, redis: Any, make_voucher: Callable[..., int]
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id)
+    message = accept(gate, redis, voucher_id)
     mark = pending_mark(redis, message)
     unreachable = Database(replace(creds, port=1))
 
     with pytest.raises(pymysql.err.OperationalError):
-        persist_order(unreachable, gate, message)
+        persist_order(unreachable, redis, gate, message)
 
     # SQS will retry: nothing was decided, so the pending mark stays for the retry.
     assert pending_mark(redis, message) == mark
@@ -287,7 +287,7 @@ def test_unreachable_database_propagates_and_writes_nothing(
     assert rejection(db, message.order_id) is None
     assert db_stock(db, voucher_id) == 5
     # The retry, once the database is back, confirms it.
-    assert persist_order(db, gate, message).status == "CONFIRMED"
+    assert persist_order(db, redis, gate, message).status == "CONFIRMED"
 
 
 # --- the order message -----------------------------------------------------------------------
@@ -350,17 +350,17 @@ def test_from_json_rejects_malformed_bodies(body: str) -> None:
 
 
 def test_an_order_id_held_by_another_order_is_never_taken_for_a_redelivery(
-    db: Database, gate: Gate, make_voucher: Callable[..., int]
+    redis: Any, db: Database, gate: Gate, make_voucher: Callable[..., int]
 ) -> None:
     """If the id counter ever went back (Redis lost it within the same second), a new
     order could arrive under a stored order's id: it must fail loudly (SQS retries,
     then the DLQ and its alarm), not be absorbed as a redelivery and lost."""
     voucher_id = make_voucher(stock=5)
-    first = accept(gate, voucher_id)
-    assert persist_order(db, gate, first).status == "CONFIRMED"
+    first = accept(gate, redis, voucher_id)
+    assert persist_order(db, redis, gate, first).status == "CONFIRMED"
     clash = replace(first, user_id=new_user())
     with pytest.raises(OrderIdConflict):
-        persist_order(db, gate, clash)
+        persist_order(db, redis, gate, clash)
     assert [row["user_id"] for row in orders(db, id=first.order_id)] == [first.user_id]
     assert rejection(db, first.order_id) is None
     assert db_stock(db, voucher_id) == 4
@@ -373,16 +373,16 @@ def test_a_rejected_order_id_reused_for_another_user_is_a_conflict_not_a_redeliv
     absorbing it would lose that user's order and rewrite the status hint to them,
     showing them another user's order."""
     voucher_id = make_voucher(stock=5)
-    first = accept(gate, voucher_id)
+    first = accept(gate, redis, voucher_id)
     hints.write_pending(redis, first, 60)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    assert persist_order(db, gate, first) == Decision("FAILED", "SOLD_OUT")
+    assert persist_order(db, redis, gate, first) == Decision("FAILED", "SOLD_OUT")
     hint = redis.get(keys.order_status(first.order_id))
     assert json.loads(hint)["userId"] == first.user_id
     clash = replace(first, user_id=new_user())
     with pytest.raises(OrderIdConflict):
-        persist_order(db, gate, clash)
+        persist_order(db, redis, gate, clash)
     assert rejection(db, first.order_id)["user_id"] == first.user_id
     assert redis.get(keys.order_status(first.order_id)) == hint
     # The same order again is still absorbed as decided.
-    assert persist_order(db, gate, first) == Decision("FAILED", "SOLD_OUT", changed=False)
+    assert persist_order(db, redis, gate, first) == Decision("FAILED", "SOLD_OUT", changed=False)

@@ -104,7 +104,7 @@ def test_confirmed_order_is_stored_stock_decremented_and_pending_cleared(
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(gate, voucher_id, user_id)
+    message = accept(gate, redis, voucher_id, user_id)
     assert redis.hexists(keys.pending(voucher_id), str(user_id))
 
     assert failures(persist(record(message.to_json()))) == set()
@@ -122,13 +122,14 @@ def test_confirmed_order_is_stored_stock_decremented_and_pending_cleared(
 
 
 def test_redelivery_is_success_and_changes_nothing(
+    redis: Any,
     persist: Callable[..., dict[str, Any]],
     gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, voucher_id, new_user())
+    message = accept(gate, redis, voucher_id, new_user())
     rec = record(message.to_json())
     assert failures(persist(rec)) == set()
     for _ in range(3):
@@ -147,7 +148,7 @@ def test_second_order_of_the_same_user_is_failed_duplicate_and_not_retried(
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    first = accept(gate, voucher_id, user_id)
+    first = accept(gate, redis, voucher_id, user_id)
     assert failures(persist(record(first.to_json()))) == set()
     # Another order id for the same (user, voucher): e.g. a Redis failover forgot the buyer.
     second = OrderMessage(next_order_id(redis), user_id, voucher_id, datetime.now(UTC))
@@ -174,7 +175,7 @@ def test_database_stock_zero_is_failed_sold_out_recorded_and_not_retried(
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(gate, voucher_id, user_id)
+    message = accept(gate, redis, voucher_id, user_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
 
     assert failures(persist(record(message.to_json()))) == set()
@@ -222,7 +223,7 @@ def test_database_unreachable_is_a_batch_item_failure_then_succeeds_on_retry(
 ) -> None:
     voucher_id = make_voucher(stock=5)
     user_id = new_user()
-    message = accept(gate, voucher_id, user_id)
+    message = accept(gate, redis, voucher_id, user_id)
     rec = record(message.to_json())
     module = sys.modules[handlers["OrderPersisterFunction"].__module__]
     unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
@@ -239,13 +240,14 @@ def test_database_unreachable_is_a_batch_item_failure_then_succeeds_on_retry(
 
 
 def test_the_same_batch_twice_leaves_one_row_per_order(
+    redis: Any,
     persist: Callable[..., dict[str, Any]],
     gate: Gate,
     make_voucher: Callable[..., int],
     db: Database,
 ) -> None:
     voucher_id = make_voucher(stock=10)
-    messages = [accept(gate, voucher_id, new_user()) for _ in range(6)]
+    messages = [accept(gate, redis, voucher_id, new_user()) for _ in range(6)]
     records = [record(m.to_json()) for m in messages]
 
     assert failures(persist(*records)) == set()
@@ -267,8 +269,8 @@ def test_mixed_batch_reports_exactly_the_failing_records(
 ) -> None:
     voucher_id = make_voucher(stock=10)
     sold_out = make_voucher(stock=10)
-    good = [accept(gate, voucher_id, new_user()) for _ in range(3)]
-    refused = accept(gate, sold_out, new_user())
+    good = [accept(gate, redis, voucher_id, new_user()) for _ in range(3)]
+    refused = accept(gate, redis, sold_out, new_user())
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", sold_out)
     bad = [record("{oops"), record('{"orderId": "1", "userId": 2}')]
     records = [
@@ -365,6 +367,7 @@ def poisoned(
 
 
 def test_malformed_records_move_to_the_poison_queue_unchanged_and_are_acknowledged(
+    redis: Any,
     poisoned: Callable[..., dict[str, Any]],
     sqs: Any,
     queues: dict[str, str],
@@ -373,7 +376,7 @@ def test_malformed_records_move_to_the_poison_queue_unchanged_and_are_acknowledg
     db: Database,
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    good = accept(gate, voucher_id, new_user())
+    good = accept(gate, redis, voucher_id, new_user())
     bad = [record(raw) for raw in MALFORMED]
     for rec in bad:
         rec["messageAttributes"] = RECORD_ATTRIBUTES
@@ -395,6 +398,7 @@ def test_malformed_records_move_to_the_poison_queue_unchanged_and_are_acknowledg
 
 
 def test_an_order_id_held_by_another_order_moves_to_the_poison_queue(
+    redis: Any,
     poisoned: Callable[..., dict[str, Any]],
     sqs: Any,
     queues: dict[str, str],
@@ -405,7 +409,7 @@ def test_an_order_id_held_by_another_order_moves_to_the_poison_queue(
     """The id counter went back: a second order under a stored id can never be stored,
     so it is kept apart (with why) rather than cycle DLQ -> replay -> DLQ."""
     voucher_id = make_voucher(stock=5)
-    first = accept(gate, voucher_id, new_user())
+    first = accept(gate, redis, voucher_id, new_user())
     assert failures(poisoned(record(first.to_json()))) == set()
     clash = replace(first, user_id=new_user())
 
@@ -419,6 +423,7 @@ def test_an_order_id_held_by_another_order_moves_to_the_poison_queue(
 
 
 def test_a_poison_queue_that_refuses_the_send_makes_it_a_batch_item_failure(
+    redis: Any,
     handlers: dict[str, Handler],
     template: Template,
     queues: dict[str, str],
@@ -432,7 +437,7 @@ def test_a_poison_queue_that_refuses_the_send_makes_it_a_batch_item_failure(
     missing = queues["OrderPoisonQueue"].rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
     module = persister_with_poison_queue(template, missing, monkeypatch)
     voucher_id = make_voucher(stock=5)
-    good = accept(gate, voucher_id, new_user())
+    good = accept(gate, redis, voucher_id, new_user())
     bad = record("not json")
 
     response = module.lambda_handler(json.loads(json.dumps(batch(bad, record(good.to_json())))), context)
@@ -465,7 +470,7 @@ def test_a_database_outage_never_sends_an_order_to_the_poison_queue(
     """A retryable failure stays a batch item failure (SQS retries, then the DLQ)."""
     module = persister_with_poison_queue(template, queues["OrderPoisonQueue"], monkeypatch)
     voucher_id, user_id = make_voucher(stock=5), new_user()
-    rec = record(accept(gate, voucher_id, user_id).to_json())
+    rec = record(accept(gate, redis, voucher_id, user_id).to_json())
     unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
     monkeypatch.setattr(module, "db", Database(unreachable))
 

@@ -20,13 +20,12 @@ from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate
 from seckill.ids import SEQUENCE_MASK, next_order_id
-from seckill.messages import OrderMessage, OrderQueue, queue_depth, wait_drained
+from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.persistence import persist_order
-from seckill.reconcile import reconcile
-from seckill.recovery import read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
+from seckill.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
 from seckill.scripts import Scripts
 from tests.conftest import db_rows, drain, new_user
-from tests.helpers import HINT_TTL, accept, reconcile_voucher
+from tests.helpers import HINT_TTL, accept, reconcile_voucher, recover
 
 NOW = timedelta(0)  # every reservation counts as stale
 
@@ -40,20 +39,22 @@ def confirmed(db: Database, voucher_id: int) -> int:
     return len(db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id))
 
 
-def win(gate: Gate, voucher_id: int, user_id: int | None = None, *, attach: bool = True) -> tuple[Any, int | None]:
+def win(
+    gate: Gate, redis: Any, voucher_id: int, user_id: int | None = None, *, attach: bool = True
+) -> tuple[Any, int | None]:
     """A press answered 202 (its message, its order id), or with ``attach=False`` one
     whose function died before it had an order id (its reservation, None)."""
     if not attach:
         return gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex), None
-    message = accept(gate, voucher_id, user_id)
+    message = accept(gate, redis, voucher_id, user_id)
     return message, message.order_id
 
 
-def persist_queue(sqs: Any, url: str, db: Database, gate: Gate) -> int:
+def persist_queue(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> int:
     """Persist what is on the queue, as the persister would."""
     messages = drain(sqs, url)
     for m in messages:
-        persist_order(db, gate, OrderMessage.from_json(m["Body"]))
+        persist_order(db, redis, gate, OrderMessage.from_json(m["Body"]))
     return len(messages)
 
 
@@ -63,9 +64,9 @@ def queue(sqs: Any, queues: dict[str, str]) -> OrderQueue:
 
 
 @pytest.fixture
-def run(db: Database, gate: Gate, scripts: Scripts, queue: OrderQueue) -> Callable[..., Any]:
+def run(db: Database, redis: Any, queue: OrderQueue) -> Callable[..., Any]:
     def run(voucher_id: int, *, drained: bool = True, pending_age: timedelta = NOW) -> Any:
-        return reconcile_voucher(db, gate, queue, voucher_id, drained=drained, pending_age=pending_age)
+        return reconcile_voucher(db, redis, queue, voucher_id, drained=drained, pending_age=pending_age)
 
     return run
 
@@ -77,7 +78,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     answered 202, so the order is failed (a late copy could never confirm it) and
     the unit goes back on sale."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, voucher_id, promise=False)
+    message = accept(gate, redis, voucher_id, promise=False)
 
     result = run(voucher_id)
     assert result.failed == [str(message.order_id)]
@@ -85,7 +86,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     assert drain(sqs, queue.queue_url) == []
     assert stocks(db, redis, voucher_id) == (3, 3)
     assert not redis.sismember(keys.buyers(voucher_id), message.user_id)
-    assert persist_order(db, gate, message).status == "FAILED"  # a copy that was sent after all
+    assert persist_order(db, redis, gate, message).status == "FAILED"  # a copy that was sent after all
     assert confirmed(db, voucher_id) == 0
     reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)
     assert reasons == [{"reason": "NOT_QUEUED"}]
@@ -97,11 +98,11 @@ def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
     """Original design's defect: orders lost (between the gate and the queue). The client holds
     a 202 (the send was in doubt) but the message never reached the queue."""
     voucher_id = make_voucher(stock=3)
-    reservation, order_id = win(gate, voucher_id)
+    reservation, order_id = win(gate, redis, voucher_id)
 
     result = run(voucher_id)
     assert result.requeued == [str(order_id)]
-    assert persist_queue(sqs, queue.queue_url, db, gate) == 1
+    assert persist_queue(sqs, queue.queue_url, db, redis, gate) == 1
     rows = db_rows(db, "SELECT user_id FROM tb_voucher_order WHERE id = %s", order_id)
     assert rows == [{"user_id": reservation.user_id}]
     assert redis.hlen(keys.pending(voucher_id)) == 0
@@ -113,7 +114,7 @@ def test_crash_before_the_order_id_is_released_and_no_stock_leaks(
 ) -> None:
     """Original design's defect: Redis deducted, nothing queued (the user got no 202)."""
     voucher_id = make_voucher(stock=2)
-    reservation, _ = win(gate, voucher_id, attach=False)
+    reservation, _ = win(gate, redis, voucher_id, attach=False)
     assert redis.get(keys.stock(voucher_id)) == "1"
 
     result = run(voucher_id)
@@ -130,7 +131,7 @@ def test_live_reservations_are_left_alone(
     gate: Gate, redis: Any, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
     voucher_id = make_voucher(stock=2)
-    win(gate, voucher_id, attach=False)
+    win(gate, redis, voucher_id, attach=False)
     result = run(voucher_id, pending_age=timedelta(minutes=2))
     assert result.released == []
     assert result.requeued == []
@@ -142,11 +143,11 @@ def test_decided_order_whose_mark_was_not_cleared_is_cleared(
     gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
     voucher_id = make_voucher(stock=2)
-    reservation, order_id = win(gate, voucher_id)
+    reservation, order_id = win(gate, redis, voucher_id)
     message = reservation
     # The persister committed, then could not reach Redis to clear the mark.
     unreachable = redis_unreachable()
-    persist_order(db, Gate(unreachable, Scripts.register(unreachable)), message)
+    persist_order(db, unreachable, Gate(unreachable, Scripts.register(unreachable)), message)
     assert redis.hlen(keys.pending(voucher_id)) == 1
 
     result = run(voucher_id)
@@ -167,8 +168,8 @@ def test_drift_is_repaired_only_once_the_queue_is_drained(
 ) -> None:
     """Original design's defect: Redis/DB double-write drift."""
     voucher_id = make_voucher(stock=5)
-    reservation, _ = win(gate, voucher_id)
-    persist_order(db, gate, reservation)
+    reservation, _ = win(gate, redis, voucher_id)
+    persist_order(db, redis, gate, reservation)
     stranger = new_user()
     redis.set(keys.stock(voucher_id), 9)
     redis.srem(keys.buyers(voucher_id), reservation.user_id)
@@ -196,7 +197,7 @@ def test_repair_counts_reservations_still_on_their_way(
 ) -> None:
     """A reservation pending (message not yet persisted) keeps its stock and its buyer."""
     voucher_id = make_voucher(stock=5)
-    reservation, _ = win(gate, voucher_id)
+    reservation, _ = win(gate, redis, voucher_id)
     redis.set(keys.stock(voucher_id), 0)
     result = run(voucher_id, drained=True, pending_age=timedelta(minutes=2))
     assert result.repaired
@@ -208,12 +209,12 @@ def test_reconciling_twice_in_a_row_changes_nothing_the_second_time(
     gate: Gate, db: Database, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
     voucher_id = make_voucher(stock=4)
-    win(gate, voucher_id)
-    win(gate, voucher_id, attach=False)
+    win(gate, redis, voucher_id)
+    win(gate, redis, voucher_id, attach=False)
     first = run(voucher_id)
     assert len(first.requeued) == 1
     assert len(first.released) == 1
-    persist_queue(sqs, queue.queue_url, db, gate)
+    persist_queue(sqs, queue.queue_url, db, redis, gate)
     second = run(voucher_id)
     assert (second.requeued, second.released, second.cleared) == ([], [], [])
     assert not second.drift.drifted
@@ -242,9 +243,9 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     voucher_id = make_voucher(stock=10)
     first_buyers = [new_user() for _ in range(4)]
     for user_id in first_buyers:
-        reservation, _ = win(gate, voucher_id, user_id)
+        reservation, _ = win(gate, redis, voucher_id, user_id)
         message = reservation
-        persist_order(db, gate, message)
+        persist_order(db, redis, gate, message)
 
     lose_redis_state(redis, voucher_id)
     # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
@@ -268,11 +269,11 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     outcomes = []
     for user_id in newcomers:
         try:
-            reservation, _ = win(gate, voucher_id, user_id)
+            reservation, _ = win(gate, redis, voucher_id, user_id)
         except SeckillError as error:
             outcomes.append(error.code)
             continue
-        persist_order(db, gate, reservation)
+        persist_order(db, redis, gate, reservation)
         outcomes.append("OK")
     assert outcomes == ["OK"] * 6 + ["SOLD_OUT"] * 2
     assert confirmed(db, voucher_id) == 10
@@ -288,15 +289,15 @@ def test_redis_flushed_with_orders_still_queued_oversells_nothing(
     voucher_id = make_voucher(stock=3)
     queued = []
     for _ in range(3):
-        reservation, _ = win(gate, voucher_id)
+        reservation, _ = win(gate, redis, voucher_id)
         queued.append(reservation)
     lose_redis_state(redis, voucher_id)
     rebuild(db, redis, scripts, dead_letters=[], hint_ttl=HINT_TTL)
     late = []
     for _ in range(3):
-        reservation, _ = win(gate, voucher_id)
+        reservation, _ = win(gate, redis, voucher_id)
         late.append(reservation)
-    decisions = [persist_order(db, gate, m).status for m in queued + late]
+    decisions = [persist_order(db, redis, gate, m).status for m in queued + late]
     assert decisions == ["CONFIRMED"] * 3 + ["FAILED"] * 3
     assert confirmed(db, voucher_id) == 3
     reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE voucher_id = %s", voucher_id)
@@ -317,18 +318,18 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
 
     def reconcile_loop() -> None:
         while not stop.is_set():
-            passes.append(reconcile_voucher(db, gate, queue, voucher_id, pending_age=timedelta(minutes=2)))
+            passes.append(reconcile_voucher(db, redis, queue, voucher_id, pending_age=timedelta(minutes=2)))
 
     def buyer(users: list[int]) -> list[str]:
         outcomes = []
         for user_id in users:
             try:
-                reservation, _ = win(gate, voucher_id, user_id)
+                reservation, _ = win(gate, redis, voucher_id, user_id)
             except SeckillError as refused:
                 outcomes.append(refused.code)
                 continue
             message = reservation
-            outcomes.append(persist_order(db, gate, message).status)
+            outcomes.append(persist_order(db, redis, gate, message).status)
         return outcomes
 
     looping = threading.Thread(target=reconcile_loop)
@@ -348,26 +349,31 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
 
 
 def test_a_lost_voucher_is_rebuilt_only_once_the_queue_is_drained(
-    gate: Gate, db: Database, redis: Any, run: Callable[..., Any], make_voucher: Callable
+    gate: Gate, db: Database, redis: Any, sqs: Any, queues: dict[str, str], queue: OrderQueue, make_voucher: Callable
 ) -> None:
     """Orders still on the queue are not in MySQL yet: rebuilding before they land
     would count them as unsold. Until then the gate keeps answering 503."""
     voucher_id = make_voucher(stock=3)
-    win(gate, voucher_id)  # accepted; its message is still on its way
+    message, _ = win(gate, redis, voucher_id)
+    assert queue.send(message) is Sent.SENT  # accepted; still on its way to MySQL
     lose_redis_state(redis, voucher_id)
     try:
-        deferred = run(voucher_id, drained=False)
-        assert deferred.rebuild_deferred
-        assert not deferred.rebuilt
+        blocked = recover(db, redis, sqs, queues)
+        assert blocked.lost
+        assert blocked.blocked == "1 orders are still on the order queue"
         assert not redis.exists(keys.stock(voucher_id))
+        assert reconcile_voucher(db, redis, queue, voucher_id).missing  # reconciliation leaves it to recovery
         with pytest.raises(SeckillError) as refused:
             gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
         assert refused.value.code == "TRY_AGAIN"
 
-        rebuilt = run(voucher_id, drained=True)
-        assert rebuilt.rebuilt
-        assert not rebuilt.rebuild_deferred
-        assert stocks(db, redis, voucher_id) == (3, 3)
+        assert persist_queue(sqs, queues["OrderQueue"], db, redis, gate) == 1
+        rebuilt = recover(db, redis, sqs, queues)
+        assert rebuilt.blocked == ""
+        assert voucher_id in [r.voucher_id for r in rebuilt.rebuilt if r.applied]
+        assert stocks(db, redis, voucher_id) == (2, 2)
+        assert redis.exists(keys.loaded())
+        assert recover(db, redis, sqs, queues) == Recovery(False, [], 0)  # nothing lost any more
     finally:
         redis.set(keys.loaded(), 1)
 
@@ -378,8 +384,8 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     """A restart resets ``icr:order:<day>`` to nothing: ids made in the same second
     would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
     voucher_id = make_voucher(stock=3)
-    reservation, order_id = win(gate, voucher_id)
-    persist_order(db, gate, reservation)
+    reservation, order_id = win(gate, redis, voucher_id)
+    persist_order(db, redis, gate, reservation)
     key = keys.order_counter(datetime.now(UTC))
     before = int(redis.get(key))
     try:
@@ -395,34 +401,36 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
 
 
 def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
-    gate: Gate, db: Database, redis: Any, queue: OrderQueue, make_voucher: Callable
+    gate: Gate, db: Database, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable
 ) -> None:
     """Orders in the DLQ (MySQL was down for them) when Redis loses its data. Before:
     the rebuild counted their units as unsold, new buyers got 202s, and after the
     replay the earlier 202s ended FAILED SOLD_OUT: more 202s than stock."""
     voucher_id = make_voucher(stock=3)
-    stored, dead = accept(gate, voucher_id), accept(gate, voucher_id)
-    persist_order(db, gate, stored)
+    stored, dead = accept(gate, redis, voucher_id), accept(gate, redis, voucher_id)
+    persist_order(db, redis, gate, stored)
+    sqs.send_message(QueueUrl=queues["OrderDeadLetterQueue"], MessageBody=dead.to_json())
     lose_redis_state(redis, voucher_id)
     try:
-        deferred = reconcile_voucher(db, gate, queue, voucher_id, dead_letters=None)  # the DLQ could not be read
-        assert deferred.rebuild_deferred
+        unread = recover(db, redis, sqs, {**queues, "OrderDeadLetterQueue": ""})  # the DLQ cannot be counted
+        assert unread.blocked.startswith("ORDER_DLQ_URL is not set")
         assert not redis.exists(keys.stock(voucher_id))
 
-        rebuilt = reconcile_voucher(db, gate, queue, voucher_id, dead_letters=[dead], pending_age=timedelta(hours=1))
-        assert rebuilt.rebuilt
+        rebuilt = recover(db, redis, sqs, queues)
+        assert rebuilt.blocked == ""
+        assert rebuilt.dead_letters == 1
         assert redis.get(keys.stock(voucher_id)) == "1"
         assert redis.smembers(keys.buyers(voucher_id)) == {str(stored.user_id), str(dead.user_id)}
         assert json.loads(redis.get(keys.order_status(dead.order_id)))["status"] == "PENDING"
     finally:
         redis.set(keys.loaded(), 1)
 
-    late = accept(gate, voucher_id)
+    late = accept(gate, redis, voucher_id)
     with pytest.raises(SeckillError) as sold_out:
-        accept(gate, voucher_id)
+        accept(gate, redis, voucher_id)
     assert sold_out.value.code == "SOLD_OUT"
     # The DLQ is replayed: every 202 is confirmed, none fails.
-    decisions = [persist_order(db, gate, m).status for m in (dead, late)]
+    decisions = [persist_order(db, redis, gate, m).status for m in (dead, late)]
     assert decisions == ["CONFIRMED", "CONFIRMED"]
     assert confirmed(db, voucher_id) == 3
     assert stocks(db, redis, voucher_id) == (0, 0)
@@ -446,25 +454,19 @@ def test_dead_lettered_orders_are_read_without_being_consumed(sqs: Any, queues: 
     )
 
 
-def test_one_rebuild_at_a_time(gate: Gate, db: Database, redis: Any, queue: OrderQueue, make_voucher: Callable) -> None:
+def test_one_rebuild_at_a_time(
+    db: Database, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable
+) -> None:
     """Reading the DLQ hides its messages from other readers for a while: a rebuild that
-    finds another one running defers instead of reading half of it."""
+    finds another one running changes nothing instead of reading half of it."""
     voucher_id = make_voucher(stock=3)
     lose_redis_state(redis, voucher_id)
-    read: list[bool] = []
-
-    def letters() -> list[OrderMessage]:
-        read.append(True)
-        return []
-
     try:
         with rebuilding(redis, wait=0) as first:
             assert first
-            result = reconcile(
-                db, gate, queue, drained=True, dead_letters=letters, hint_ttl=HINT_TTL, voucher_ids=[voucher_id]
-            ).vouchers[0]
-            assert result.rebuild_deferred
-            assert read == []
-        assert reconcile_voucher(db, gate, queue, voucher_id).rebuilt
+            assert recover(db, redis, sqs, queues).blocked == "another rebuild is running"
+            assert not redis.exists(keys.stock(voucher_id))
+        assert recover(db, redis, sqs, queues).blocked == ""
+        assert redis.get(keys.stock(voucher_id)) == "3"
     finally:
         redis.set(keys.loaded(), 1)

@@ -26,7 +26,7 @@ from seckill.scripts import Scripts
 from seckill.timeutil import to_db, to_ms
 from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
 from tests.conftest import db_rows, load_event, new_user
-from tests.helpers import reconcile_voucher
+from tests.helpers import reconcile_voucher, recover
 
 SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
 
@@ -227,14 +227,14 @@ def test_a_preload_whose_creation_never_committed_is_never_sold(
     now = datetime.now(UTC)
     vouchers.preload(redis, voucher_id, 5, now - timedelta(minutes=1), now + timedelta(hours=1), provisional=True)
     with pytest.raises(SeckillError) as refused:
-        place_order(gate, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=60)
+        place_order(gate, redis, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=60)
     assert (refused.value.status, refused.value.code) == (404, "VOUCHER_NOT_FOUND")
     assert redis.get(keys.stock(voucher_id)) == "5"
     assert 0 < redis.ttl(keys.stock(voucher_id)) <= vouchers.PROVISIONAL_TTL
     assert 0 < redis.ttl(keys.window(voucher_id)) <= vouchers.PROVISIONAL_TTL
 
 
-def test_a_created_voucher_left_provisional_is_503_until_reconciliation_puts_it_on_sale(
+def test_a_created_voucher_left_provisional_is_503_until_recovery_puts_it_on_sale(
     db: Database, redis: Any, gate: Gate, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
 ) -> None:
     """MySQL committed, then Redis could not be told the voucher is final."""
@@ -242,13 +242,14 @@ def test_a_created_voucher_left_provisional_is_503_until_reconciliation_puts_it_
     redis.hset(keys.window(voucher_id), "provisional", 1)
     queue = OrderQueue(sqs, queues["OrderQueue"])
     with pytest.raises(SeckillError) as refused:
-        place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
+        place_order(gate, redis, queue, db, voucher_id, new_user(), status_ttl=60)
     assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
 
-    result = reconcile_voucher(db, gate, queue, voucher_id)
-    assert result.rebuilt
+    assert reconcile_voucher(db, redis, queue, voucher_id).missing  # left to recovery
+    done = recover(db, redis, sqs, queues)
+    assert voucher_id in [r.voucher_id for r in done.rebuilt if r.applied], done.blocked
     assert not redis.hexists(keys.window(voucher_id), "provisional")
-    assert place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
+    assert place_order(gate, redis, queue, db, voucher_id, new_user(), status_ttl=60)
 
 
 @pytest.fixture
@@ -455,8 +456,8 @@ def test_a_sale_that_ended_long_before_redis_lost_it_is_ended_not_not_found(
     redis.delete(*keys.voucher_keys(voucher_id))
     queue = OrderQueue(sqs, queues["OrderQueue"])
     with pytest.raises(SeckillError) as refused:
-        place_order(gate, queue, db, voucher_id, new_user(), status_ttl=60)
+        place_order(gate, redis, queue, db, voucher_id, new_user(), status_ttl=60)
     assert (refused.value.status, refused.value.code) == (409, "ENDED")
     with pytest.raises(SeckillError) as unknown:
-        place_order(gate, queue, db, voucher_id + 10**9, new_user(), status_ttl=60)
+        place_order(gate, redis, queue, db, voucher_id + 10**9, new_user(), status_ttl=60)
     assert (unknown.value.status, unknown.value.code) == (404, "VOUCHER_NOT_FOUND")

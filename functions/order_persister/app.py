@@ -41,7 +41,7 @@ poison = PoisonQueue(sqs_client(), settings.order_poison_queue_url) if settings.
 
 @tracer.capture_method
 def record_handler(record: SQSRecord) -> None:
-    outcome = take_record(db, gate, poison, record.body, record.raw_event.get("messageAttributes"))
+    outcome = take_record(db, redis, gate, poison, record.body, record.raw_event.get("messageAttributes"))
     if isinstance(outcome, Poisoned):
         logger.warning(
             "record moved to the poison queue",

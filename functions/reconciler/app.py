@@ -13,14 +13,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.gate import Gate
-from seckill.messages import OrderQueue, queue_depth, wait_drained
+from seckill.messages import OrderQueue, queue_depth
 from seckill.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
-from seckill.recovery import read_dead_letters
+from seckill.recovery import recover_if_lost
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -30,7 +28,7 @@ warnings.filterwarnings("ignore", "No application metrics to publish", UserWarni
 
 settings = Settings.from_env()
 redis = redis_client(settings)
-gate = Gate(redis, Scripts.register(redis))
+scripts = Scripts.register(redis)
 sqs = sqs_client()
 queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
@@ -42,27 +40,24 @@ db = Database.from_settings(settings)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     seconds = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds()))
     pending_age = operator_pending_age(seconds, "pendingAgeSeconds")
-    if not redis.exists(keys.loaded()):
-        # Redis lost its data: let the queue drain first, so the rebuilt stock counts
-        # every accepted order (the gate answers 503 meanwhile).
-        wait_drained(
-            sqs, settings.order_queue_url, timeout=max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
-        )
+    # If Redis lost data, rebuild first (waiting for the queue to drain, so the rebuilt
+    # stock counts every accepted order); the gate answers 503 meanwhile.
+    wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
+    recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait)
     result = reconcile(
         db,
-        gate,
+        redis,
+        scripts,
         queue,
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
-        dead_letters=lambda: read_dead_letters(sqs, settings.order_dlq_url)[0],
-        hint_ttl=settings.status_ttl_seconds,
         pending_age=pending_age,
         repair=bool(event.get("repair", True)),
     )
-    totals = result.totals()
-    for name in ("rebuilt", "deferred", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
+    totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
+    for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
         if totals[name]:
             metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
     logger.info("reconciled", extra={"totals": totals, "queueDrained": result.queue_drained})
-    if totals["deferred"]:
-        logger.warning("lost vouchers not rebuilt yet: orders still on the queue, or the DLQ could not be read whole")
-    return result.to_dict()
+    if recovery.blocked:
+        logger.warning("Redis lost data and it is not rebuilt yet", extra={"why": recovery.blocked})
+    return {**result.to_dict(), "totals": totals, "recovery": {"lost": recovery.lost, "blocked": recovery.blocked}}

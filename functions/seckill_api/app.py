@@ -75,7 +75,7 @@ def request_body() -> str | None:
 def seckill(voucherId: str) -> Response:
     user_id = current_user()
     voucher_id = parse_id(voucherId, "voucherId")
-    order_id = orders.place_order(gate, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+    order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
     metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
     return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 

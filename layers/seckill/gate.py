@@ -73,7 +73,7 @@ class Gate:
         refusal_cache_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.redis = redis
+        self._redis = redis
         self.scripts = scripts
         self.refusal_cache_seconds = refusal_cache_seconds
         self.clock = clock
@@ -92,7 +92,7 @@ class Gate:
         code = int(code)
         if code in (OK, RESUMED):
             return Reservation(voucher_id, user_id, token, int(now_ms), int(order_id) if order_id else None)
-        if code == NOT_FOUND and not self.redis.exists(keys.loaded()):
+        if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE:
             self.remember_refusal(voucher_id, code)

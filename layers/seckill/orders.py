@@ -25,7 +25,9 @@ from seckill.vouchers import ON_SALE
 log = logging.getLogger(__name__)
 
 
-def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int) -> int:
+def place_order(
+    gate: Gate, redis: Any, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
+) -> int:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
     Returns the order id the client is answered 202 with. A refusal raises the
@@ -47,23 +49,23 @@ def place_order(gate: Gate, queue: OrderQueue, db: Database, voucher_id: int, us
         raise _not_in_redis(gate, db, voucher_id) from None
     # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
-    order_id = reservation.order_id if resumed else _attach_new_id(gate, reservation)
+    order_id = reservation.order_id if resumed else _attach_new_id(gate, redis, reservation)
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-    hints.write_pending(gate.redis, message, status_ttl)
+    hints.write_pending(redis, message, status_ttl)
     if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, message)
         return order_id
     # Certainly not on the queue, and no other request ever sent this id.
-    _release(gate, reservation, order_id)
+    _release(gate, redis, reservation, order_id)
     raise TryAgain("the order could not be queued, please try again")
 
 
-def _attach_new_id(gate: Gate, reservation: Reservation) -> int:
+def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int:
     try:
-        order_id = next_order_id(gate.redis)
+        order_id = next_order_id(redis)
         attached = gate.attach(reservation, order_id)
     except Exception as exc:
-        _release(gate, reservation, None)
+        _release(gate, redis, reservation, None)
         raise TryAgain("the order could not be queued, please try again") from exc
     if attached == TAKEN_OVER:
         # A later press of the same user holds the reservation now and answers for it.
@@ -82,12 +84,12 @@ def _promise(gate: Gate, m: OrderMessage) -> None:
         log.warning("could not mark order %s promised", m.order_id, exc_info=True)
 
 
-def _release(gate: Gate, reservation: Reservation, order_id: int | None) -> None:
+def _release(gate: Gate, redis: Any, reservation: Reservation, order_id: int | None) -> None:
     try:
         gate.release(reservation)
         if order_id is not None:
             # Not queued: the status hint must not report it PENDING.
-            hints.discard(gate.redis, order_id)
+            hints.discard(redis, order_id)
     except Exception:
         # Unknown whether it was released. If not, the reservation stays unpromised:
         # the user's next press takes it over, or reconciliation releases it (and

@@ -45,7 +45,7 @@ class OrderIdConflict(RuntimeError):
     and reaches the DLQ), raises its alarm and waits for an operator."""
 
 
-def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
+def persist_order(db: Database, redis: Any, gate: Gate, message: OrderMessage) -> Decision:
     """Decide the order in the database, then clear its pending mark in Redis.
 
     Database errors (unreachable, deadlock, timeout) propagate: the caller
@@ -55,7 +55,7 @@ def persist_order(db: Database, gate: Gate, message: OrderMessage) -> Decision:
     try:
         gate.settle(message.voucher_id, message.user_id, message.order_id)
         if decision.changed:  # a redelivery's acceptedAt may differ from the stored one
-            hints.finalize(gate.redis, message, decision.status, decision.reason)
+            hints.finalize(redis, message, decision.status, decision.reason)
     except Exception:
         # The database already holds the truth; reconciliation clears stale marks,
         # and the status route asks MySQL when the hint is not final.

@@ -90,14 +90,19 @@ def unstorable_reason(exc: Exception) -> str | None:
 
 
 def take_record(
-    db: Database, gate: Gate, poison: PoisonQueue | None, body: str, attributes: dict[str, Any] | None = None
+    db: Database,
+    redis: Any,
+    gate: Gate,
+    poison: PoisonQueue | None,
+    body: str,
+    attributes: dict[str, Any] | None = None,
 ) -> Decided | Poisoned:
     """Decide one OrderQueue record. A record that can never be stored goes to the
     poison queue when there is one; otherwise (or when that fails) the exception
     propagates and the record is a batch item failure. Retryable errors always propagate."""
     try:
         order = OrderMessage.from_json(body)
-        return Decided(order, persist_order(db, gate, order))
+        return Decided(order, persist_order(db, redis, gate, order))
     except (MalformedMessage, OrderIdConflict) as exc:
         reason = unstorable_reason(exc)
         if poison is None or reason is None:

@@ -2,10 +2,8 @@
 
 Safe at any time, alongside live traffic, and any number of times in a row:
 
-1. a voucher on sale whose Redis state is gone is rebuilt from MySQL once every
-   accepted order can be counted: OrderQueue drained (orders on their way would
-   otherwise count as unsold) and the dead-letter queue read; the orders waiting
-   there get their reservations back. Until then the gate answers 503 for it;
+1. a voucher on sale whose Redis state is gone is left to recovery
+   (``seckill.recovery.recover_if_lost``), and reported ``missing``;
 2. a reservation pending longer than ``pending_age`` (beyond any request's
    lifetime, so no live request still owns it) is
    - cleared, if MySQL has already decided its order;
@@ -24,10 +22,8 @@ Safe at any time, alongside live traffic, and any number of times in a row:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -43,11 +39,7 @@ from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
 from seckill.persistence import fail_unqueued
 from seckill.recovery import (
     Restored,
-    read_dead_letters,
-    rebuild_voucher,
-    rebuilding,
     restore,
-    restore_order_counter,
     voucher_ids_on_sale,
 )
 from seckill.scripts import Scripts
@@ -72,8 +64,7 @@ def operator_pending_age(seconds: float, name: str) -> timedelta:
 @dataclass
 class VoucherReconciled:
     voucher_id: int
-    rebuilt: bool = False
-    rebuild_deferred: bool = False  # lost from Redis, but orders are still on the queue
+    missing: bool = False  # lost from Redis: recovery's to rebuild
     requeued: list[str] = field(default_factory=list)  # order ids
     failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
     released: list[int] = field(default_factory=list)  # user ids
@@ -91,8 +82,7 @@ class Reconciled:
         v = self.vouchers
         return {
             "vouchers": len(v),
-            "rebuilt": sum(x.rebuilt for x in v),
-            "deferred": sum(x.rebuild_deferred for x in v),
+            "missing": sum(x.missing for x in v),
             "requeued": sum(len(x.requeued) for x in v),
             "failed": sum(len(x.failed) for x in v),
             "released": sum(len(x.released) for x in v),
@@ -126,10 +116,16 @@ def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
 
 
 def resolve_pending(
-    db: Database, gate: Gate, queue: OrderQueue, voucher_id: int, older_than_ms: int, result: VoucherReconciled
+    db: Database,
+    redis: Any,
+    gate: Gate,
+    queue: OrderQueue,
+    voucher_id: int,
+    older_than_ms: int,
+    result: VoucherReconciled,
 ) -> None:
     stale: list[tuple[int, Mark]] = []
-    for user, value in gate.redis.hgetall(keys.pending(voucher_id)).items():
+    for user, value in redis.hgetall(keys.pending(voucher_id)).items():
         mark = Mark.parse(value)
         if mark is not None and str(user).isdigit() and mark.accepted_ms <= older_than_ms:
             stale.append((int(user), mark))
@@ -159,63 +155,40 @@ def resolve_pending(
             result.cleared.append(str(mark.order_id))  # it reached MySQL meanwhile
 
 
-# Reads the orders waiting in the dead-letter queue; None when they cannot all be read.
-DeadLetters = Callable[[], list[OrderMessage] | None]
-
-
 def reconcile(
     db: Database,
-    gate: Gate,
+    redis: Any,
+    scripts: Scripts,
     queue: OrderQueue,
     *,
     drained: bool,
-    dead_letters: DeadLetters,
-    hint_ttl: int,
     pending_age: timedelta = DEFAULT_PENDING_AGE,
     repair: bool = True,
     voucher_ids: list[int] | None = None,
 ) -> Reconciled:
     """One pass over the vouchers on sale (or ``voucher_ids``).
 
-    ``drained``: no order is on OrderQueue. ``dead_letters`` reads the orders
-    waiting in the dead-letter queue (None when it cannot read them all); it is
-    called only if a voucher must be rebuilt. A lost voucher is rebuilt only when
-    every accepted order is counted: the queue drained and the dead letters read.
-    Drift is repaired only when ``drained`` and ``repair``.
+    ``drained``: no order is on OrderQueue; drift is repaired only then, and with
+    ``repair``.
     """
-    scripts = gate.scripts
+    gate = Gate(redis, scripts, refusal_cache_seconds=0)
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
-    seconds, micros = gate.redis.time()
+    seconds, micros = redis.time()
     older_than_ms = seconds * 1000 + micros // 1000 - int(pending_age.total_seconds() * 1000)
-    if drained and not gate.redis.exists(keys.loaded()):
-        restore_order_counter(db, scripts)  # Redis lost its data: the id counter too
-    letters: list[list[OrderMessage] | None] = []  # read once, when first needed
     results = []
-    with contextlib.ExitStack() as held:
-        for voucher_id in (
-            voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN)
-        ):
-            result = VoucherReconciled(voucher_id)
-            state = restore(db, gate.redis, scripts, voucher_id, "check")
-            if state is None:
-                continue  # not a seckill voucher MySQL knows
-            results.append(result)
-            if state.redis_stock is None:
-                if drained and not letters:
-                    # Another rebuild running (recovery, an overlapping pass) has it in hand.
-                    alone = held.enter_context(rebuilding(gate.redis, wait=0))
-                    letters.append(dead_letters() if alone else None)
-                if not drained or letters[0] is None:
-                    result.rebuild_deferred = True
-                    continue
-                rebuilt = rebuild_voucher(db, gate.redis, scripts, voucher_id, "missing", letters[0], hint_ttl)
-                result.rebuilt = bool(rebuilt and rebuilt.applied)
-            resolve_pending(db, gate, queue, voucher_id, older_than_ms, result)
-            mode = "repair" if drained and repair else "check"
-            result.drift = restore(db, gate.redis, scripts, voucher_id, mode)
-            result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
-    if voucher_ids is None and not any(r.rebuild_deferred for r in results):
-        gate.redis.set(keys.loaded(), 1)  # every voucher on sale is in Redis now
+    for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
+        result = VoucherReconciled(voucher_id)
+        state = restore(db, redis, scripts, voucher_id, "check")
+        if state is None:
+            continue  # not a seckill voucher MySQL knows
+        results.append(result)
+        if state.redis_stock is None:
+            result.missing = True
+            continue
+        resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
+        mode = "repair" if drained and repair else "check"
+        result.drift = restore(db, redis, scripts, voucher_id, mode)
+        result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     return Reconciled(drained, results)
 
 
@@ -248,11 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     sqs = sqs_client()
     result = reconcile(
         Database.from_settings(settings),
-        Gate(redis, Scripts.register(redis)),
+        redis,
+        Scripts.register(redis),
         OrderQueue(sqs, settings.order_queue_url),
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
-        dead_letters=lambda: read_dead_letters(sqs, settings.order_dlq_url)[0],
-        hint_ttl=settings.status_ttl_seconds,
         pending_age=pending_age,
         repair=not args.no_repair,
         voucher_ids=args.voucher,
@@ -263,14 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         totals = result.totals()
         print(", ".join(f"{k} {v}" for k, v in totals.items()) + f"; queue drained: {result.queue_drained}")
     for v in result.vouchers:
-        if v.rebuild_deferred:
+        if v.missing:
             print(
-                f"voucher {v.voucher_id}: lost from Redis, not rebuilt: orders still wait on the order queue, or the "
-                "dead-letter queue (ORDER_DLQ_URL) could not be read whole; the gate answers 503 for it until a "
-                "later run rebuilds it",
+                f"voucher {v.voucher_id}: lost from Redis; the gate answers 503 for it until seckill-recovery "
+                "(or ReconcilerFunction's next run) rebuilds it",
                 file=sys.stderr,
             )
-    remaining = [v for v in result.vouchers if (v.drift and v.drift.drifted and not v.repaired) or v.rebuild_deferred]
+    remaining = [v for v in result.vouchers if (v.drift and v.drift.drifted and not v.repaired) or v.missing]
     return 1 if remaining else 0
 
 

@@ -8,12 +8,13 @@ whose state is still there; ``repair`` overwrites a drifted one.
 Orders accepted but not yet in MySQL are on OrderQueue or in its dead-letter
 queue, and their reservations were lost with Redis: rebuilt without them, the
 stock would count them as unsold and the gate would accept orders MySQL must
-then refuse. So ``recover`` first waits for the queue to drain, then reads the
+then refuse. So ``recover_if_lost`` first waits for the queue to drain, then reads the
 dead-letter queue (without consuming it) and gives those orders their
 reservations back; if either cannot be done it changes nothing, and the gate
 keeps answering 503 TRY_AGAIN, never a false "not found".
 
-``python -m seckill.recovery`` runs ``recover`` for every voucher whose sale has not ended.
+``recover_if_lost`` is the one way back, used by ReconcilerFunction on its schedule, by
+``python -m seckill.recovery`` (the operator's ``seckill-recovery``) and by the demo.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def rebuild(
 ) -> list[Restored]:
     """Every voucher on sale whose Redis state is missing (or, with ``force``, every one),
     and the order-id counter. Call it only once OrderQueue has drained, with every
-    order of the dead-letter queue: ``recover`` does both."""
+    order of the dead-letter queue: ``recover_if_lost`` does both."""
     mode: Mode = "repair" if force else "missing"
     restore_order_counter(db, scripts)
     ids = voucher_ids_on_sale(db)
@@ -218,27 +219,43 @@ def read_dead_letters(sqs: Any, dlq_url: str, *, attempts: int = 3) -> tuple[lis
 
 @dataclass(frozen=True)
 class Recovery:
+    lost: bool  # Redis had lost its data, or some voucher's (or ``force``)
     rebuilt: list[Restored]
     dead_letters: int  # orders of the dead-letter queue counted as outstanding
     blocked: str = ""  # why nothing was rebuilt
 
 
-def recover(
+def some_voucher_missing(db: Database, redis: Any, scripts: Scripts) -> bool:
+    """The state of some voucher on sale is missing (evicted, or a preload whose
+    creation never committed) while Redis kept the rest."""
+    states = (restore(db, redis, scripts, v, "check") for v in voucher_ids_on_sale(db))
+    return any(s is not None and s.redis_stock is None for s in states)
+
+
+def recover_if_lost(
     db: Database, redis: Any, scripts: Scripts, sqs: Any, settings: Settings, *, wait: float, force: bool = False
 ) -> Recovery:
-    """After Redis lost its data: once every accepted order can be counted (OrderQueue
-    drained within ``wait`` seconds, the dead-letter queue read whole), rebuild."""
-    if not wait_drained(sqs, settings.order_queue_url, wait):
+    """When Redis lost data (or with ``force``): once every accepted order can be counted
+    (OrderQueue drained, the dead-letter queue read whole), rebuild what is missing
+    (everything, with ``force``). Changes nothing otherwise.
+
+    Up to ``wait`` seconds go to the queue's draining when Redis lost everything (the
+    gate answers 503 for every voucher meanwhile) or with ``force``; a voucher missing
+    alone is rebuilt only if the queue is drained already, or on a later run."""
+    everything = force or not redis.exists(keys.loaded())
+    if not everything and not some_voucher_missing(db, redis, scripts):
+        return Recovery(False, [], 0)
+    if not wait_drained(sqs, settings.order_queue_url, wait if everything else 0):
         depth = queue_depth(sqs, settings.order_queue_url)
-        return Recovery([], 0, f"{depth} orders are still on the order queue")
+        return Recovery(True, [], 0, f"{depth} orders are still on the order queue")
     with rebuilding(redis, wait=wait) as alone:
         if not alone:
-            return Recovery([], 0, "another rebuild is running")
+            return Recovery(True, [], 0, "another rebuild is running")
         letters, why = read_dead_letters(sqs, settings.order_dlq_url)
         if letters is None:
-            return Recovery([], 0, why)
+            return Recovery(True, [], 0, why)
         rebuilt = rebuild(db, redis, scripts, dead_letters=letters, hint_ttl=settings.status_ttl_seconds, force=force)
-    return Recovery(rebuilt, len(letters))
+    return Recovery(True, rebuilt, len(letters))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.order_queue_url or not settings.order_dlq_url:
         parser.error("ORDER_QUEUE_URL and ORDER_DLQ_URL must name the order queue and its dead-letter queue")
     redis = redis_client(settings)
-    done = recover(
+    done = recover_if_lost(
         Database.from_settings(settings),
         redis,
         Scripts.register(redis),
@@ -280,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    if not done.lost:
+        print("nothing to rebuild: Redis holds every voucher on sale (--force rebuilds them anyway)")
+        return 0
     for r in done.rebuilt:
         if r.applied:
             print(

@@ -43,11 +43,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.migrate import migrate
 from seckill.reconcile import MIN_PENDING_AGE, reconcile
-from seckill.recovery import read_dead_letters, recover
+from seckill.recovery import recover_if_lost
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens, store_tokens
 from seckill_local import chaos
@@ -160,11 +159,14 @@ class Sale:
     dlq_url: str = ""
     poison_url: str = ""
     voucher_id: int = 0
-    gate: Gate = field(init=False)
+    scripts: Scripts = field(init=False)
 
     def __post_init__(self) -> None:
-        # The client reconnects after a Redis restart and reloads scripts by SHA: one gate serves the run.
-        self.gate = Gate(self.redis, Scripts.register(self.redis))
+        # The client reconnects after a Redis restart and reloads scripts by SHA: one registration serves the run.
+        self.scripts = Scripts.register(self.redis)
+
+    def settings(self) -> Settings:
+        return Settings.from_env({**os.environ, "ORDER_QUEUE_URL": self.queue_url, "ORDER_DLQ_URL": self.dlq_url})
 
     def wait_drained(self, progress: Progress, what: str, need_decided: int = 0) -> bool:
         """Until the queue is empty and MySQL has decided at least ``need_decided`` orders."""
@@ -208,18 +210,20 @@ class Sale:
         return bodies
 
     def reconcile(self, pending_age: timedelta = timedelta(0)) -> dict[str, int]:
-        """One reconciliation pass (after the sale no request is in flight: any age is stale)."""
+        """What ReconcilerFunction does, for this sale's voucher: recovery if Redis lost
+        data, then one reconciliation pass (after the sale no request is in flight: any
+        age is stale)."""
+        recovery = recover_if_lost(self.db, self.redis, self.scripts, self.sqs, self.settings(), wait=0)
         result = reconcile(
             self.db,
-            self.gate,
+            self.redis,
+            self.scripts,
             OrderQueue(self.sqs, self.queue_url),
             drained=queue_depth(self.sqs, self.queue_url) == 0,
-            dead_letters=lambda: read_dead_letters(self.sqs, self.dlq_url)[0],
-            hint_ttl=Settings.from_env().status_ttl_seconds,
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
-        return result.totals()
+        return {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
 
     def failed_reasons(self) -> dict[str, int]:
 
@@ -289,10 +293,9 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
     sale.stack.pause_feeder(False)
     sale.private_redis.start()
     store_tokens(sale.redis, tokens, ttl_seconds=3600)
-    settings = Settings.from_env({**os.environ, "ORDER_QUEUE_URL": sale.queue_url, "ORDER_DLQ_URL": sale.dlq_url})
     for attempt in range(5):  # the connection killer may hit this run's own connections too
         try:
-            done = recover(sale.db, sale.redis, sale.gate.scripts, sale.sqs, settings, wait=15)
+            done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
             if not done.blocked:
                 break
             chaos.record(sale.chaos_log, "redis-rebuild-deferred", why=done.blocked)
@@ -300,7 +303,7 @@ def restart_redis(sale: Sale, tokens: dict[int, str]) -> None:
             sale.db.close()
         time.sleep(0.2 * (attempt + 1))
     else:
-        return  # the periodic reconciliation rebuilds it once it can
+        return  # the periodic reconciliation (which recovers first) rebuilds it once it can
     rebuilt = sum(r.applied for r in done.rebuilt)
     chaos.record(sale.chaos_log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
 
