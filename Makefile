@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format services clean sam-setup validate build
+.PHONY: help setup demo test lint format services clean sam-setup validate build sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ test: setup services validate build ## validate and build the SAM app, lint, the
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(ARGS)
+
+# Linux; as root it installs and starts what is missing (docker.io, dockerd, socat, debootstrap).
+sam-local: setup sam-setup services ## the real SAM CLI on Docker: sam build, sam local invoke of every function, start-api, all checked
+	$(BIN)/python -m scripts.sam_local --sam $(SAM_BIN)/sam $(ARGS)
 
 format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

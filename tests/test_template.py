@@ -518,7 +518,10 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
     api = props(data, "SeckillHttpApi")
     assert api["Auth"]["EnableIamAuthorizer"] is True
     authorizer = api["Auth"]["Authorizers"][api["Auth"]["DefaultAuthorizer"]]
-    assert authorizer["FunctionArn"] == {"Fn::GetAtt": ["AuthorizerFunction", "Arn"]}
+    # Named by the function's Ref: sam local start-api resolves that, not the Arn of a function named by !Sub.
+    assert authorizer["FunctionArn"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AuthorizerFunction}"
+    }
     # A logged-out token stops working within 30 s.
     assert int(authorizer["Identity"]["ReauthorizeEvery"]) == 30
     assert {"ThrottlingBurstLimit", "ThrottlingRateLimit"} <= set(api["DefaultRouteSettings"])
@@ -625,6 +628,32 @@ def test_docker_env_vars_give_every_variable_sam_local_cannot_resolve(template: 
         missing = unresolvable(template, fn) - given
         assert not missing, f"{fn.logical_id}: env.docker.json lacks {sorted(missing)}"
     assert "host.docker.internal" in data["Parameters"]["REDIS_URL"]
+
+
+def test_docker_env_vars_name_only_what_the_functions_declare(template: Template) -> None:
+    """sam local sets only the variables a function declares: any other name in the file is dropped unseen."""
+    data = json.loads((EVENTS / "env.docker.json").read_text(encoding="utf-8"))
+    declared = {name for fn in template.functions.values() for name in fn.environment}
+    assert set(data["Parameters"]) <= declared, set(data["Parameters"]) - declared
+    for logical_id, variables in data.items():
+        if logical_id != "Parameters":
+            own = set(template.functions[logical_id].environment)
+            assert set(variables) <= own, f"{logical_id}: {sorted(set(variables) - own)} not declared"
+
+
+def test_docker_env_vars_give_each_function_the_queue_its_variable_names(template: Template) -> None:
+    data = json.loads((EVENTS / "env.docker.json").read_text(encoding="utf-8"))
+    queues = 0
+    for logical_id, variables in data.items():
+        if logical_id == "Parameters":
+            continue
+        for name, value in variables.items():
+            declared = template.functions[logical_id].environment[name]
+            if isinstance(declared, dict) and declared.get("Ref") in template.queues():
+                queues += 1
+                assert value.startswith("http://host.docker.internal:"), value
+                assert value.rsplit("/", 1)[1] == declared["Ref"], f"{logical_id} {name}={value}"
+    assert queues >= 4  # the API's and the reconciler's OrderQueue, the DLQ, the poison queue
 
 
 def test_runner_env_vars_give_what_the_runner_cannot_resolve(template: Template) -> None:

@@ -117,7 +117,13 @@ class Template:
             if not default:
                 return None
             spec = auth["Authorizers"][default]
-            function = spec["FunctionArn"]["Fn::GetAtt"][0]
+            # arn:...:function:${AuthorizerFunction}: the function's Ref (its name)
+            named = re.fullmatch(r".*:function:\$\{(\w+)\}", spec["FunctionArn"]["Fn::Sub"])
+            if named is None:
+                raise ValueError(
+                    f"the authorizer's FunctionArn names no function of the template: {spec['FunctionArn']}"
+                )
+            function = named.group(1)
             return function, int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
         return None
 

@@ -13,9 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from seckill.config import Settings
-from seckill_local.sqs import LOCAL_AWS
-from seckill_local.template import ROOT, Template
 from scripts.sam_local import base_image
 from scripts.sam_local.commands import Commands
 from scripts.sam_local.docker_host import DockerHost, Relays
@@ -23,6 +20,9 @@ from scripts.sam_local.progress import CheckFailed, Progress, Unavailable, warn
 from scripts.sam_local.sam import SamCli
 from scripts.sam_local.sandbox import Sandbox
 from scripts.sam_local.scenario import Scenario
+from seckill.config import Settings
+from seckill_local.sqs import LOCAL_AWS
+from seckill_local.template import ROOT, Template
 
 LOG_DIR = ROOT / ".aws-sam" / "sam-local"
 EPILOG = """\
@@ -47,12 +47,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--sam", type=Path, default=ROOT / ".venv-sam" / "bin" / "sam", help="the SAM CLI (default: %(default)s, make sam-setup)")
+    parser.add_argument(
+        "--sam",
+        type=Path,
+        default=ROOT / ".venv-sam" / "bin" / "sam",
+        help="the SAM CLI (default: %(default)s, make sam-setup)",
+    )
     parser.add_argument(
         "--image",
         choices=["auto", "aws", "standin"],
         default="auto",
-        help="the Lambda base image: AWS's where its registry answers, else a stand-in built here (auto, the default); only AWS's; only the stand-in",
+        help="the Lambda base image; auto (the default): AWS's where its registry answers, else the stand-in",
     )
     parser.add_argument("--debian-mirror", help="Debian archive for the stand-in (default: the one apt uses)")
     parser.add_argument("--region", default="us-east-1", help="the region sam local names (default %(default)s)")
@@ -117,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     with progress.step("cleanup: nothing the run started is left running"):
         if not cleanup.run(progress):
             code = code or 2
-    verdict = "PASS" if code == 0 else "FAIL"
-    progress.say(f"sam-local: {verdict}, {progress.checks} checks in {progress.elapsed()}; base image: {image}")
+    progress.say(f"{'PASS' if code == 0 else 'FAIL'} in {progress.elapsed()}; base image: {image}")
     if code:
         progress.say(f"the commands' output: {LOG_DIR}")
+    progress.say(f"sam-local: {progress.checks} passed, {0 if code == 0 else 1} failed")
     return code
 
 
@@ -138,10 +143,13 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
     with progress.step("Docker engine"):
         cleanup.add("dockerd", lambda: "dockerd stopped" if docker.stop() else None)
         progress.detail(docker.start())
+        # Whatever sam local leaves behind (an interrupted invoke, start-api's warm containers).
+        before = docker.sam_containers()
+        cleanup.add("containers", lambda: docker.remove_containers(docker.sam_containers() - before))
 
     with progress.step(f"Lambda base image for python{python}"):
         chosen = base_image.choose(docker, commands, args.sam, python, args.image, args.debian_mirror)
-        progress.detail(f"using {chosen.description}")
+        progress.detail(f"using {chosen.summary}: {chosen.why}")
 
     with progress.step("local services under the run's own names, reachable from the containers"):
         box = Sandbox(Settings.from_env(), template)
@@ -151,7 +159,7 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
         box.create_db_user()
         box.start_moto()
         # The SAM CLI asks STS for the account id before every invoke: moto answers at once.
-        commands.env["AWS_ENDPOINT_URL_STS"] = box.sqs_endpoint  # type: ignore[index]
+        commands.env["AWS_ENDPOINT_URL_STS"] = box.sqs_endpoint
         gateway = docker.gateway()
         relays = Relays(commands, LOG_DIR, gateway)
         cleanup.add("relays", lambda: f"{relays.stop()} relays stopped")
@@ -172,14 +180,16 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
             f"moto :{ports['sqs_port']}; env-vars: events/env.docker.json with these put in ({env_file})"
         )
 
-    scenario = Scenario(sam, box, docker, progress, LOG_DIR, f"http://host.docker.internal:{reply_port}/cloudformation-reply")
+    scenario = Scenario(
+        sam, box, docker, progress, LOG_DIR, f"http://host.docker.internal:{reply_port}/cloudformation-reply"
+    )
     with progress.step("sam local invoke: every function with its events/ file"):
         scenario.invokes_before_the_api()
     with progress.step("sam local start-api: a press, a status read, a press without a token"):
         scenario.api(LOG_DIR / "start-api.log")
     with progress.step("sam local invoke: the admin stops the sale, the stack is deleted"):
         scenario.invokes_after_the_api()
-    return chosen.description
+    return chosen.summary
 
 
 if __name__ == "__main__":

@@ -39,24 +39,23 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 @dataclass(frozen=True)
 class BaseImage:
     invoke_image: str | None  # for --invoke-image; None: SAM's default (AWS's image)
-    description: str
+    summary: str  # which image, in a few words
+    why: str
 
 
 def aws_image(python: str) -> str:
     return f"public.ecr.aws/lambda/python:{python}-x86_64"
 
 
-def choose(
-    docker: DockerHost, commands: Commands, sam: Path, python: str, which: str, mirror: str | None
-) -> BaseImage:
+def choose(docker: DockerHost, commands: Commands, sam: Path, python: str, which: str, mirror: str | None) -> BaseImage:
     """``which``: "auto" (AWS's where its registry answers, else the stand-in), "aws" or "standin"."""
     if which in {"auto", "aws"}:
         image = aws_image(python)
         pulled = commands.run(["docker", "pull", image], "docker-pull", timeout=600, check=False)
         if pulled.returncode == 0:
-            return BaseImage(None, f"AWS's image {image}, pulled from its registry")
-        if docker.image_labels(image) is not None:
-            return BaseImage(None, f"AWS's image {image}, the copy already here (its registry did not answer)")
+            return BaseImage(None, f"AWS's {image} (pulled)", "its registry answered")
+        if docker.inspect_image(image) is not None:
+            return BaseImage(None, f"AWS's {image} (the copy already here)", "its registry did not answer")
         reason = (pulled.stderr.strip().splitlines() or ["no answer"])[-1]
         if which == "aws":
             raise Unavailable(f"AWS's image {image} cannot be pulled: {reason}")
@@ -81,21 +80,26 @@ def standin(docker: DockerHost, commands: Commands, sam: Path, python: str, mirr
     rie = sam_rie(sam)
     digest = inputs_digest(release, packages, rie)
     image = f"{STANDIN_REPOSITORY}:{python}-x86_64"
-    labels = docker.image_labels(image)
-    if labels is not None and labels.get(INPUTS_LABEL) == digest:
-        return BaseImage(image, f"stand-in {image} (cached, inputs {digest}); {why}")
+    cached = docker.inspect_image(image)
+    if cached is not None and (cached["Config"].get("Labels") or {}).get(INPUTS_LABEL) == digest:
+        return BaseImage(image, f"stand-in {image} (cached, inputs {digest})", why)
     if not is_root():
         raise Unavailable(f"building the stand-in base image needs root (debootstrap); {why}")
     ensure_installed(commands, {"debootstrap": "debootstrap"})
     build(commands, image, release, packages, rie, digest, mirror or apt_mirror())
-    return BaseImage(image, f"stand-in {image} (built now from Debian {release} + PyPI, inputs {digest}); {why}")
+    if cached is not None:
+        # The stand-in built from older inputs, untagged now (kept if something still uses it).
+        commands.run(["docker", "rmi", cached["Id"]], "docker-rmi", timeout=120, check=False)
+    return BaseImage(image, f"stand-in {image} (built now from Debian {release} and PyPI, inputs {digest})", why)
 
 
 def sam_rie(sam: Path) -> Path:
     """The emulator binary inside the aws-sam-cli package that ``sam`` runs from."""
     first = sam.read_bytes().split(b"\n", 1)[0].decode(errors="replace")
     interpreter = Path(first.removeprefix("#!").strip())
-    found = sorted(interpreter.parent.parent.glob("lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64"))
+    found = sorted(
+        interpreter.parent.parent.glob("lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64")
+    )
     if not first.startswith("#!") or not found:
         raise Unavailable(f"the runtime interface emulator of the SAM CLI at {sam} was not found")
     return found[0]
@@ -114,7 +118,9 @@ def apt_mirror() -> str:
     return DEFAULT_MIRROR
 
 
-def build(commands: Commands, image: str, release: str, packages: list[str], rie: Path, digest: str, mirror: str) -> None:
+def build(
+    commands: Commands, image: str, release: str, packages: list[str], rie: Path, digest: str, mirror: str
+) -> None:
     work = Path(tempfile.mkdtemp(prefix="seckill-standin-"))
     root = work / "rootfs"
     try:
@@ -161,7 +167,9 @@ def build(commands: Commands, image: str, release: str, packages: list[str], rie
             args += ["--change", change]
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-cf", "-", "."], stdout=subprocess.PIPE)
         try:
-            imported = subprocess.run([*args, "-", image], stdin=tar.stdout, capture_output=True, text=True, timeout=600, check=False)
+            imported = subprocess.run(
+                [*args, "-", image], stdin=tar.stdout, capture_output=True, text=True, timeout=600, check=False
+            )
         finally:
             assert tar.stdout is not None
             tar.stdout.close()

@@ -11,7 +11,7 @@ from scripts.sam_local.progress import Unavailable
 
 
 class Commands:
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
         self.log_dir = log_dir
         self.env = env
         self._count = 0
@@ -70,7 +70,9 @@ def ensure_installed(commands: Commands, binaries: dict[str, str]) -> list[str]:
     if not missing:
         return []
     if not is_root() or shutil.which("apt-get") is None:
-        raise Unavailable(f"{', '.join(missing)} not installed; install them (Debian/Ubuntu: apt-get install {' '.join(missing)})")
+        raise Unavailable(
+            f"{', '.join(missing)} not installed; install them (Debian/Ubuntu: apt-get install {' '.join(missing)})"
+        )
     apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     commands.run(["apt-get", "update", "-qq"], "apt-get-update", timeout=300, env=apt_env)
     commands.run(["apt-get", "install", "-y", "-qq", *missing], "apt-get-install", timeout=600, env=apt_env)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from scripts.sam_local.commands import Commands, ensure_installed, is_root, tail
 from scripts.sam_local.progress import Unavailable
@@ -38,7 +39,9 @@ class DockerHost:
     def reachable(self) -> bool:
         if shutil.which("docker") is None:
             return False
-        done = self.commands.run(["docker", "info", "--format", "{{.ServerVersion}}"], "docker-info", timeout=30, check=False)
+        done = self.commands.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], "docker-info", timeout=30, check=False
+        )
         return done.returncode == 0
 
     def start(self) -> str:
@@ -50,7 +53,9 @@ class DockerHost:
         installed = ensure_installed(self.commands, {"dockerd": "docker.io", "docker": "docker.io"})
         log = (self.log_dir / "dockerd.log").open("wb")
         # A session of its own: Ctrl-C reaches the run, which then stops it in order.
-        self.dockerd = subprocess.Popen(["dockerd", *DOCKERD_FLAGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.dockerd = subprocess.Popen(
+            ["dockerd", *DOCKERD_FLAGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while not self.reachable():
             if self.dockerd.poll() is not None or time.monotonic() > deadline:
@@ -81,12 +86,10 @@ class DockerHost:
         # The default bridge may not report its gateway: it is the subnet's first address.
         return str(config.get("Gateway") or next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
-    def image_labels(self, image: str) -> dict[str, str] | None:
-        """The image's labels, or None when there is no such image here."""
+    def inspect_image(self, image: str) -> dict[str, Any] | None:
+        """``docker image inspect``, or None when there is no such image here."""
         done = self.commands.run(["docker", "image", "inspect", image], "docker-image-inspect", timeout=30, check=False)
-        if done.returncode != 0:
-            return None
-        return json.loads(done.stdout)[0]["Config"].get("Labels") or {}
+        return dict(json.loads(done.stdout)[0]) if done.returncode == 0 else None
 
     def sam_containers(self) -> set[str]:
         done = self.commands.run(
@@ -94,9 +97,11 @@ class DockerHost:
         )
         return set(done.stdout.split())
 
-    def remove_containers(self, ids: set[str]) -> None:
-        if ids:
-            self.commands.run(["docker", "rm", "-f", *sorted(ids)], "docker-rm", timeout=120)
+    def remove_containers(self, ids: set[str]) -> str | None:
+        if not ids:
+            return None
+        self.commands.run(["docker", "rm", "-f", *sorted(ids)], "docker-rm", timeout=120)
+        return f"{len(ids)} containers sam local left removed"
 
 
 class Relays:

@@ -97,7 +97,9 @@ class StartApi:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise Unavailable(f"sam local start-api exited {self.process.returncode}:\n{tail(self.log.read_text())}")
+                raise Unavailable(
+                    f"sam local start-api exited {self.process.returncode}:\n{tail(self.log.read_text())}"
+                )
             try:
                 self.request("GET", probe)
                 return

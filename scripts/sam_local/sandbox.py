@@ -18,6 +18,7 @@ import pymysql
 from moto.server import ThreadedMotoServer
 from redis.exceptions import RedisError
 
+from scripts.sam_local.progress import CheckFailed, Unavailable
 from seckill import keys
 from seckill.clients import redis_client
 from seckill.config import Settings
@@ -25,7 +26,6 @@ from seckill.db import Credentials, connect
 from seckill_local.sqs import ensure_queues, sqs_client
 from seckill_local.stack import START_MARIADB, START_REDIS
 from seckill_local.template import Template
-from scripts.sam_local.progress import CheckFailed, Unavailable
 
 # What the README's setup grants the `seckill` user of events/env.docker.json,
 # and so all the functions get here: rows, and CREATE for the migrator's schema.
@@ -41,7 +41,9 @@ class Sandbox:
         self.db_user = f"seckill_sam_{self.run_id}"
         self.db_password = secrets.token_urlsafe(18)
         # The local server's administrator (DB_USER, default root): creates and drops what the run uses.
-        self.admin = Credentials(settings.db_host, settings.db_port, settings.db_user, settings.db_password, self.db_name)
+        self.admin = Credentials(
+            settings.db_host, settings.db_port, settings.db_user, settings.db_password, self.db_name
+        )
         self.redis = redis_client(settings)
         self.tokens: list[str] = []
         self._user_created = False
@@ -60,12 +62,15 @@ class Sandbox:
         try:
             self.redis.ping()
         except RedisError as exc:
-            raise Unavailable(f"Redis at {self.settings.redis_url} is not answering ({exc}): make services, or {START_REDIS}") from exc
+            raise Unavailable(
+                f"Redis at {self.settings.redis_url} is not answering ({exc}): make services, or {START_REDIS}"
+            ) from exc
         try:
             connect(self.admin, database=False).close()
         except pymysql.err.MySQLError as exc:
+            where = f"{self.admin.host}:{self.admin.port}"
             raise Unavailable(
-                f"MySQL at {self.admin.host}:{self.admin.port} refused {self.admin.user} ({exc}): make services, or {START_MARIADB}"
+                f"MySQL at {where} refused {self.admin.user} ({exc}): make services, or {START_MARIADB}"
             ) from exc
 
     # --- MySQL -------------------------------------------------------------------------
@@ -165,7 +170,7 @@ class Sandbox:
         replies = self.replies
 
         class Reply(BaseHTTPRequestHandler):
-            def do_PUT(self) -> None:  # noqa: N802 (the name http.server calls)
+            def do_PUT(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 replies.append(json.loads(body or b"{}"))
                 self.send_response(200)

@@ -17,13 +17,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from seckill import keys
-from seckill.migrate import statements
-from seckill_local.template import ROOT
 from scripts.sam_local.docker_host import DockerHost, free_port
 from scripts.sam_local.progress import CheckFailed, Progress
 from scripts.sam_local.sam import SamCli
 from scripts.sam_local.sandbox import Sandbox
+from seckill import keys
+from seckill.migrate import statements
+from seckill_local.template import ROOT
 
 EVENTS = ROOT / "events"
 API = "SeckillApiFunction"
@@ -61,7 +61,9 @@ def as_user(event: dict[str, Any], user_id: int) -> dict[str, Any]:
 
 
 class Scenario:
-    def __init__(self, sam: SamCli, box: Sandbox, docker: DockerHost, progress: Progress, work: Path, reply_url: str) -> None:
+    def __init__(
+        self, sam: SamCli, box: Sandbox, docker: DockerHost, progress: Progress, work: Path, reply_url: str
+    ) -> None:
         self.sam = sam
         self.box = box
         self.docker = docker
@@ -138,7 +140,9 @@ class Scenario:
         )
 
     def tables(self) -> set[str]:
-        rows = self.box.query("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = %s", (self.box.db_name,))
+        rows = self.box.query(
+            "SELECT table_name AS t FROM information_schema.tables WHERE table_schema = %s", (self.box.db_name,)
+        )
         return {r["t"] for r in rows}
 
     def expect_reply(self, event: dict[str, Any], status: str) -> None:
@@ -156,10 +160,16 @@ class Scenario:
         event["body"] = json.dumps(body, ensure_ascii=False)
         answer, took = self.invoke(API, "seckill_api_add_seckill_voucher.json", event)
         status, _, result = response(answer)
-        expect(status == 201 and result["success"] and isinstance(result["data"], int), f"POST /voucher/seckill: {status} {result}")
+        expect(
+            status == 201 and result["success"] and isinstance(result["data"], int),
+            f"POST /voucher/seckill: {status} {result}",
+        )
         self.voucher, self.stock = result["data"], int(body["stock"])
         window = self.box.redis.hgetall(keys.window(self.voucher))
-        expect(self.redis_stock() == self.stock, f"Redis stock of voucher {self.voucher} is {self.redis_stock()}, not {self.stock}")
+        expect(
+            self.redis_stock() == self.stock,
+            f"Redis stock of voucher {self.voucher} is {self.redis_stock()}, not {self.stock}",
+        )
         expect(set(window) == {"begin", "end"}, f"Redis window of voucher {self.voucher} is {window}")
         expect(self.mysql_stock() == self.stock, f"MySQL stock of voucher {self.voucher} is {self.mysql_stock()}")
         self.progress.passed(
@@ -176,7 +186,9 @@ class Scenario:
         rows = self.box.query("SELECT type FROM tb_voucher WHERE id = %s", (result["data"],))
         expect(rows == [{"type": 0}], f"tb_voucher holds {rows} for voucher {result['data']}")
         self.plain_voucher = result["data"]
-        self.progress.passed(f"{API}  seckill_api_add_voucher.json: 201 voucher {result['data']}, an ordinary one in MySQL", took)
+        self.progress.passed(
+            f"{API}  seckill_api_add_voucher.json: 201 voucher {result['data']}, an ordinary one in MySQL", took
+        )
 
     def list_vouchers(self) -> None:
         event = event_file("seckill_api_list_vouchers.json")
@@ -200,7 +212,9 @@ class Scenario:
         for user, token in self.tokens.items():
             held = self.box.redis.hget(keys.login_token(token), "id")
             expect(held == str(user), f"login:token:{token} holds user {held}, not {user}")
-        self.progress.passed(f"TokenMinterFunction  token_minter.json: {len(tokens)} tokens, each in Redis for its user", took)
+        self.progress.passed(
+            f"TokenMinterFunction  token_minter.json: {len(tokens)} tokens, each in Redis for its user", took
+        )
 
     def authorize(self) -> None:
         user = self.users[0]
@@ -208,7 +222,9 @@ class Scenario:
             (self.tokens[user], {"isAuthorized": True, "context": {"userId": str(user)}}),
             (secrets.token_hex(16), {"isAuthorized": False}),
         ):
-            event = on_route(event_file("authorizer.json"), f"/voucher-order/seckill/{self.voucher}", voucherId=str(self.voucher))
+            event = on_route(
+                event_file("authorizer.json"), f"/voucher-order/seckill/{self.voucher}", voucherId=str(self.voucher)
+            )
             event["headers"]["authorization"] = f"Bearer {token}"
             event["identitySource"] = [f"Bearer {token}"]
             answer, took = self.invoke("AuthorizerFunction", "authorizer.json", event)
@@ -219,23 +235,32 @@ class Scenario:
     def press(self) -> None:
         user = self.users[0]
         event = on_route(
-            event_file("seckill_api_seckill.json"), f"/voucher-order/seckill/{self.voucher}", voucherId=str(self.voucher)
+            event_file("seckill_api_seckill.json"),
+            f"/voucher-order/seckill/{self.voucher}",
+            voucherId=str(self.voucher),
         )
         event["headers"]["authorization"] = f"Bearer {self.tokens[user]}"
         answer, took = self.invoke(API, "seckill_api_seckill.json", as_user(event, user))
         status, headers, result = response(answer)
-        expect(status == 202 and isinstance(result["data"], str), f"POST /voucher-order/seckill/{self.voucher}: {status} {result}")
+        expect(
+            status == 202 and isinstance(result["data"], str),
+            f"POST /voucher-order/seckill/{self.voucher}: {status} {result}",
+        )
         self.order = result["data"]
         expect(headers.get("Location") == f"/voucher-order/{self.order}", f"Location is {headers.get('Location')}")
-        expect(self.redis_stock() == self.stock - 1, f"Redis stock is {self.redis_stock()} after the press, not {self.stock - 1}")
-        expect(self.box.redis.sismember(keys.buyers(self.voucher), str(user)), f"user {user} is not among the buyers in Redis")
-        body = json.loads(self.order_message(self.order)["Body"])
         expect(
-            (body["userId"], body["voucherId"]) == (user, self.voucher), f"the message on OrderQueue is {body}"
+            self.redis_stock() == self.stock - 1,
+            f"Redis stock is {self.redis_stock()} after the press, not {self.stock - 1}",
         )
+        expect(
+            self.box.redis.sismember(keys.buyers(self.voucher), str(user)),
+            f"user {user} is not among the buyers in Redis",
+        )
+        body = json.loads(self.order_message(self.order)["Body"])
+        expect((body["userId"], body["voucherId"]) == (user, self.voucher), f"the message on OrderQueue is {body}")
         self.progress.passed(
-            f"{API}  seckill_api_seckill.json: 202 order {self.order}; Redis stock {self.stock} -> {self.redis_stock()}, "
-            "its message on OrderQueue",
+            f"{API}  seckill_api_seckill.json: 202 order {self.order}; "
+            f"Redis stock {self.stock} -> {self.redis_stock()}, its message on OrderQueue",
             took,
         )
 
@@ -263,7 +288,9 @@ class Scenario:
             md5OfBody=message["MD5OfBody"], eventSourceARN=queue_arn,
         )  # fmt: skip
         malformed.update(
-            body=MALFORMED_BODY, md5OfBody=hashlib.md5(MALFORMED_BODY.encode()).hexdigest(), eventSourceARN=queue_arn  # noqa: S324 (what SQS puts there)
+            body=MALFORMED_BODY,
+            md5OfBody=hashlib.md5(MALFORMED_BODY.encode()).hexdigest(),  # noqa: S324 (what SQS puts there)
+            eventSourceARN=queue_arn,
         )
         batch["Records"] = [received, malformed]
         answer, took = self.invoke("OrderPersisterFunction", "order_persister_batch.json", batch)
@@ -271,7 +298,10 @@ class Scenario:
         # What the event source mapping does with a batch that succeeded.
         self.box.sqs.delete_message(QueueUrl=self.box.queues["OrderQueue"], ReceiptHandle=message["ReceiptHandle"])
         rows = self.box.query("SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = %s", (self.order,))
-        expect(rows == [{"user_id": self.users[0], "voucher_id": self.voucher}], f"tb_voucher_order holds {rows} for order {self.order}")
+        expect(
+            rows == [{"user_id": self.users[0], "voucher_id": self.voucher}],
+            f"tb_voucher_order holds {rows} for order {self.order}",
+        )
         expect(self.mysql_stock() == self.stock - 1, f"MySQL stock is {self.mysql_stock()}, not {self.stock - 1}")
         poisoned = self.box.messages("OrderPoisonQueue")
         expect(
@@ -280,16 +310,26 @@ class Scenario:
         )
         self.progress.passed(
             "OrderPersisterFunction  order_persister_batch.json (the press's message and a malformed one): "
-            f"no failures; order {self.order} in MySQL, stock {self.mysql_stock()}; the malformed one on OrderPoisonQueue",
+            f"no failures; order {self.order} in MySQL, stock {self.mysql_stock()}; "
+            "the malformed one on OrderPoisonQueue",
             took,
         )
 
     def reconcile(self) -> None:
-        answer, took = self.invoke("ReconcilerFunction", "reconciler_scheduled.json", event_file("reconciler_scheduled.json"))
+        answer, took = self.invoke(
+            "ReconcilerFunction", "reconciler_scheduled.json", event_file("reconciler_scheduled.json")
+        )
         totals = answer.get("totals", {}) if isinstance(answer, dict) else {}
-        changed = {k: v for k, v in totals.items() if k != "vouchers" and v}
-        expect(answer.get("queueDrained") is True and totals.get("vouchers") == 1 and not changed, f"ReconcilerFunction answered {answer}")
-        expect(self.redis_stock() == self.mysql_stock(), f"Redis stock {self.redis_stock()} != MySQL stock {self.mysql_stock()}")
+        # A rebuild is allowed: a test run alongside may drop the shared Redis's seckill:loaded mark.
+        changed = {k: v for k, v in totals.items() if k not in {"vouchers", "rebuilt"} and v}
+        expect(
+            answer.get("queueDrained") is True and totals.get("vouchers") == 1 and not changed,
+            f"ReconcilerFunction answered {answer}",
+        )
+        expect(
+            self.redis_stock() == self.mysql_stock(),
+            f"Redis stock {self.redis_stock()} != MySQL stock {self.mysql_stock()}",
+        )
         expect(not self.box.redis.hlen(keys.pending(self.voucher)), "a reservation is still pending in Redis")
         self.progress.passed(
             f"ReconcilerFunction  reconciler_scheduled.json: queue drained, 1 voucher, nothing to repair; "
@@ -299,7 +339,9 @@ class Scenario:
 
     def stop_voucher(self) -> None:
         event = on_route(
-            event_file("seckill_api_stop_voucher.json"), f"/voucher/seckill/{self.voucher}/stop", voucherId=str(self.voucher)
+            event_file("seckill_api_stop_voucher.json"),
+            f"/voucher/seckill/{self.voucher}/stop",
+            voucherId=str(self.voucher),
         )
         answer, took = self.invoke(API, "seckill_api_stop_voucher.json", event)
         status, _, result = response(answer)
@@ -308,7 +350,9 @@ class Scenario:
         window = self.box.redis.hgetall(keys.window(self.voucher))
         expect(rows == [{"status": 2}], f"tb_voucher.status is {rows} after the stop")
         expect(window == {"begin": "0", "end": "0"}, f"the Redis window is {window} after the stop")
-        self.progress.passed(f"{API}  seckill_api_stop_voucher.json: 200; withdrawn in MySQL, window closed in Redis", took)
+        self.progress.passed(
+            f"{API}  seckill_api_stop_voucher.json: 200; withdrawn in MySQL, window closed in Redis", took
+        )
 
     def migrator_delete(self) -> None:
         event = event_file("migrator_delete.json")
@@ -327,36 +371,49 @@ class Scenario:
         started = time.monotonic()
         api = self.sam.start_api(free_port("127.0.0.1"), log)
         try:
-            api.wait_ready(f"/voucher/list/{event_file('seckill_api_list_vouchers.json')['pathParameters']['shopId']}", 180)
-            self.progress.passed(f"sam local start-api --warm-containers EAGER: answering on {api.url}", time.monotonic() - started)
+            api.wait_ready(
+                f"/voucher/list/{event_file('seckill_api_list_vouchers.json')['pathParameters']['shopId']}", 180
+            )
+            self.progress.passed(
+                f"sam local start-api --warm-containers EAGER: answering on {api.url}", time.monotonic() - started
+            )
             self.api_calls(api)
         finally:
             api.stop()
-            left = self.docker.sam_containers() - before
-            self.docker.remove_containers(left)
-            self.progress.detail(f"start-api stopped; {len(left)} warm containers it left removed")
+            removed = self.docker.remove_containers(self.docker.sam_containers() - before)
+            self.progress.detail(f"start-api stopped; {removed or 'no containers left'}")
 
     def api_calls(self, api: Any) -> None:
         user = self.users[1]
         press = f"/voucher-order/seckill/{self.voucher}"
         started = time.monotonic()
         status, body = api.request("POST", press, {"authorization": f"Bearer {self.tokens[user]}"})
-        expect(status == 202 and isinstance(body, dict) and isinstance(body.get("data"), str), f"POST {press}: {status} {body}")
+        expect(
+            status == 202 and isinstance(body, dict) and isinstance(body.get("data"), str),
+            f"POST {press}: {status} {body}",
+        )
         order = body["data"]
         expect(self.redis_stock() == self.stock - 2, f"Redis stock is {self.redis_stock()} after the second press")
         message = json.loads(self.order_message(order)["Body"])
         expect(message["userId"] == user, f"the message on OrderQueue is {message}")
         self.progress.passed(
-            f"POST {press} with user {user}'s token: 202 order {order}; Redis stock {self.redis_stock()}, its message on OrderQueue",
+            f"POST {press} with user {user}'s token: 202 order {order}; "
+            f"Redis stock {self.redis_stock()}, its message on OrderQueue",
             time.monotonic() - started,
         )
         started = time.monotonic()
         status, body = api.request("GET", f"/voucher-order/{self.order}", {"authorization": self.tokens[self.users[0]]})
         data = body.get("data") if isinstance(body, dict) else None
-        expect(status == 200 and (data or {}).get("status") == "CONFIRMED", f"GET /voucher-order/{self.order}: {status} {body}")
-        self.progress.passed(f"GET /voucher-order/{self.order} (the persisted order): 200 CONFIRMED", time.monotonic() - started)
+        expect(
+            status == 200 and (data or {}).get("status") == "CONFIRMED",
+            f"GET /voucher-order/{self.order}: {status} {body}",
+        )
+        self.progress.passed(
+            f"GET /voucher-order/{self.order} (the persisted order): 200 CONFIRMED", time.monotonic() - started
+        )
         started = time.monotonic()
         status, body = api.request("POST", press)
-        expect(status == 401, f"POST {press} without a token: {status} {body}")
+        # API Gateway's own answer: the function is never reached.
+        expect(status == 401 and body == {"message": "Unauthorized"}, f"POST {press} without a token: {status} {body}")
         expect(self.redis_stock() == self.stock - 2, "a press without a token changed the stock")
         self.progress.passed(f"POST {press} without a token: 401, stock unchanged", time.monotonic() - started)
