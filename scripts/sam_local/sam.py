@@ -109,7 +109,7 @@ class StartApi:
 
     def stop(self) -> None:
         """SIGINT first, as Ctrl-C would (SAM then stops its warm containers), then SIGTERM."""
-        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+        for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 15), (signal.SIGKILL, 10)):
             if self.process.poll() is not None:
                 return
             self.process.send_signal(sig)
