@@ -27,7 +27,6 @@ class Commands:
         *,
         timeout: float,
         check: bool = True,
-        input_text: str | None = None,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run to completion; stdout is returned, stdout and stderr are both logged.
@@ -36,7 +35,6 @@ class Commands:
         try:
             done = subprocess.run(
                 args,
-                input=input_text,
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -3,12 +3,16 @@ relays that let containers reach services bound to 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +25,10 @@ DOCKERD_FLAGS = ["--iptables=false", "--ip-forward=false", "--ip-masq=false"]
 SAM_CONTAINER_LABEL = "sam.cli.container.type=lambda"
 
 
-def _wait(condition: object, timeout: float, what: str) -> None:
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
+        if condition():
             return
         time.sleep(0.25)
     raise Unavailable(f"{what} within {timeout:.0f} s")
@@ -35,13 +39,16 @@ class DockerHost:
         self.commands = commands
         self.log_dir = log_dir
         self.dockerd: subprocess.Popen[bytes] | None = None
+        self.why_not = ""
 
     def reachable(self) -> bool:
         if shutil.which("docker") is None:
+            self.why_not = "no docker client"
             return False
         done = self.commands.run(
             ["docker", "info", "--format", "{{.ServerVersion}}"], "docker-info", timeout=30, check=False
         )
+        self.why_not = tail(done.stderr, 2)
         return done.returncode == 0
 
     def start(self) -> str:
@@ -49,13 +56,15 @@ class DockerHost:
         if self.reachable():
             return "the running Docker engine"
         if not is_root():
-            raise Unavailable("Docker is not running and only root can start it here: start dockerd, or run as root")
+            raise Unavailable(
+                f"Docker is not reachable ({self.why_not}); start it, join the docker group, or run as root"
+            )
         installed = ensure_installed(self.commands, {"dockerd": "docker.io", "docker": "docker.io"})
-        log = (self.log_dir / "dockerd.log").open("wb")
         # A session of its own: Ctrl-C reaches the run, which then stops it in order.
-        self.dockerd = subprocess.Popen(
-            ["dockerd", *DOCKERD_FLAGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with (self.log_dir / "dockerd.log").open("wb") as log:
+            self.dockerd = subprocess.Popen(
+                ["dockerd", *DOCKERD_FLAGS], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + 60
         while not self.reachable():
             if self.dockerd.poll() is not None or time.monotonic() > deadline:
@@ -116,25 +125,26 @@ class Relays:
     def add(self, name: str, target_port: int) -> int:
         ensure_installed(self.commands, {"socat": "socat"})
         port = free_port(self.bind)
-        log = (self.log_dir / f"relay-{name}.log").open("wb")
-        process = subprocess.Popen(
-            ["socat", f"TCP-LISTEN:{port},bind={self.bind},fork,reuseaddr", f"TCP:127.0.0.1:{target_port}"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # A process group of its own, which also holds the copy socat forks per connection.
+        with (self.log_dir / f"relay-{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                ["socat", f"TCP-LISTEN:{port},bind={self.bind},fork,reuseaddr", f"TCP:127.0.0.1:{target_port}"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.processes.append(process)
         _wait(lambda: process.poll() is None and _listening(self.bind, port), 10, f"the {name} relay did not listen")
         return port
 
     def stop(self) -> int:
         for process in self.processes:
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
         for process in self.processes:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait(timeout=10)
         stopped, self.processes = len(self.processes), []
         return stopped
@@ -146,9 +156,15 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """The relay and the copies it forked, all in the group it leads."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
+
+
 def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+    """Whether something listens on host:port, read from /proc/net/tcp: a probe connection
+    would count, for MySQL, as a client that never finished its handshake."""
+    address = f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        return any(line.split()[1] == address and line.split()[3] == "0A" for line in list(table)[1:])

@@ -30,11 +30,10 @@ class SamCli:
         self.commands.run([str(self.sam), "build", "--region", self.region], "sam-build", timeout=900)
 
     def use(self, env_file: Path, invoke_image: str | None) -> None:
-        """What every sam local command of the run is given."""
+        """What every sam local command of the run is given, besides samconfig.toml's
+        defaults (--add-host host.docker.internal:host-gateway)."""
         self.local_options = [
             "--env-vars", str(env_file),
-            # Linux only; Docker Desktop defines the name itself.
-            "--add-host", "host.docker.internal:host-gateway",
             # The base image is already here (pulled, or the stand-in): no registry round trip per invoke.
             "--skip-pull-image",
             "--region", self.region,
