@@ -143,9 +143,11 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
     with progress.step("Docker engine"):
         cleanup.add("dockerd", lambda: "dockerd stopped" if docker.stop() else None)
         progress.detail(docker.start())
-        # Whatever sam local leaves behind (an interrupted invoke, start-api's warm containers).
-        before = docker.sam_containers()
-        cleanup.add("containers", lambda: docker.remove_containers(docker.sam_containers() - before))
+        # Whatever sam local leaves behind: an interrupted invoke, start-api's warm containers,
+        # and the function images it replaced (removed after the containers).
+        images, containers = docker.dangling_images(), docker.sam_containers()
+        cleanup.add("images", lambda: docker.remove_images(docker.dangling_images() - images))
+        cleanup.add("containers", lambda: docker.remove_containers(docker.sam_containers() - containers))
 
     with progress.step(f"Lambda base image for python{python}"):
         chosen = base_image.choose(docker, commands, args.sam, python, args.image, args.debian_mirror)

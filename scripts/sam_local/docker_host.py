@@ -106,6 +106,21 @@ class DockerHost:
         )
         return set(done.stdout.split())
 
+    def dangling_images(self) -> set[str]:
+        """Untagged images: sam local's function image of an earlier run becomes one when
+        this run builds it again with other code."""
+        done = self.commands.run(
+            ["docker", "images", "-qf", "dangling=true", "--no-trunc"], "docker-images", timeout=30
+        )
+        return set(done.stdout.split())
+
+    def remove_images(self, ids: set[str]) -> str | None:
+        if not ids:
+            return None
+        # Not forced: an image something still uses stays.
+        self.commands.run(["docker", "rmi", *sorted(ids)], "docker-rmi", timeout=120, check=False)
+        return f"{len(ids)} images sam local untagged removed"
+
     def remove_containers(self, ids: set[str]) -> str | None:
         if not ids:
             return None
