@@ -72,8 +72,8 @@ class DockerHost:
                 self.stop()
                 raise Unavailable(f"dockerd did not start:\n{tail(text)}")
             time.sleep(0.5)
-        how = f"installed {', '.join(installed)} and started" if installed else "started"
-        return f"dockerd {how} for this run ({' '.join(DOCKERD_FLAGS)}; stopped at the end)"
+        how = f" (installed {', '.join(installed)} first)" if installed else ""
+        return f"dockerd started for this run{how}: {' '.join(DOCKERD_FLAGS)}; stopped at the end"
 
     def stop(self) -> bool:
         """Stop dockerd if this run started it (it stops its containerd too)."""
