@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format services clean sam-setup validate build sam-local
+.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -57,10 +57,17 @@ services: ## start local Redis and MariaDB if they are not running
 demo: setup services ## a whole flash sale on this machine, with a report (ARGS="--users 5000 ...")
 	$(BIN)/seckill-flash-sale $(ARGS)
 
-test: setup services validate build ## validate and build the SAM app, lint, then the test suite (real Redis, MariaDB, moto SQS)
+# Unit tests run with every service out of reach: they must need none.
+CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 DB_PORT=1 TEST_DB_PORT=1
+
+test-unit: setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
+	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+
+test: setup services validate build ## validate and build the SAM app, lint, then unit, integration and e2e tests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest $(ARGS)
+	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+	$(BIN)/pytest tests/integration tests/e2e $(ARGS)
 
 # Linux; as root it installs and starts what is missing (docker.io, dockerd, socat, debootstrap).
 sam-local: setup sam-setup services ## the real SAM CLI on Docker: sam build, sam local invoke of every function, start-api, all checked

@@ -4,17 +4,14 @@ so leftovers of other runs never collide) and cleans up its keys."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 from moto.server import ThreadedMotoServer
 
@@ -28,10 +25,9 @@ from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
-from seckill_local.stack import free_port
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
+from tests.helpers import drain
 
-EVENTS = ROOT / "events"
 RUN_ID = secrets.token_hex(4)
 DB_NAME = f"seckill_test_{RUN_ID}"
 
@@ -72,6 +68,16 @@ def creds(settings: Settings) -> Iterator[Credentials]:
         cursor.execute(f"ALTER TABLE tb_voucher AUTO_INCREMENT = {secrets.randbelow(10**12) + 10**9}")
     conn.close()
     yield creds
+    # The Redis keys of every voucher of this database go with it, including those a
+    # rebuild brought back after a test had cleaned up.
+    conn = connect(creds)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT voucher_id FROM tb_seckill_voucher")
+        voucher_ids = [int(row["voucher_id"]) for row in cursor.fetchall()]
+    conn.close()
+    redis = redis_client(settings)
+    for voucher_id in voucher_ids:
+        redis.delete(*keys.voucher_keys(voucher_id))
     conn = connect(creds, database=False)
     with conn.cursor() as cursor:
         cursor.execute(f"DROP DATABASE IF EXISTS `{DB_NAME}`")
@@ -89,20 +95,6 @@ def redis(settings: Settings) -> Any:
     # This Redis holds loaded vouchers: an unknown one is really unknown (404, not 503).
     client.set(keys.loaded(), 1)
     return client
-
-
-@pytest.fixture(scope="session", autouse=True)
-def no_voucher_keys_left(creds: Credentials, redis: Any) -> Iterator[None]:
-    """At the end, the Redis keys of every voucher the suite's database holds are removed,
-    including those a rebuild brought back after a test had cleaned up."""
-    yield
-    conn = connect(creds)
-    with conn.cursor() as cursor:
-        cursor.execute("SELECT voucher_id FROM tb_seckill_voucher")
-        voucher_ids = [int(row["voucher_id"]) for row in cursor.fetchall()]
-    conn.close()
-    for voucher_id in voucher_ids:
-        redis.delete(*keys.voucher_keys(voucher_id))
 
 
 @pytest.fixture(scope="session")
@@ -160,17 +152,6 @@ def handlers(creds: Credentials, session_queues: dict[str, str], template: Templ
     return {logical_id: load_handler(fn) for logical_id, fn in template.functions.items()}
 
 
-def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    """Receive and delete everything visible (PurgeQueue is limited to once a minute)."""
-    taken: list[dict[str, Any]] = []
-    while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
-        sqs.delete_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
-        )
-        taken.extend(messages)
-    return taken
-
-
 @pytest.fixture
 def order_queue(sqs: Any, session_queues: dict[str, str]) -> Iterator[str]:
     """The handlers' OrderQueue, empty at the start and end of the test."""
@@ -178,16 +159,6 @@ def order_queue(sqs: Any, session_queues: dict[str, str]) -> Iterator[str]:
     drain(sqs, url)
     yield url
     drain(sqs, url)
-
-
-def new_user() -> int:
-    """A user id no other test (or earlier run) is likely to hold."""
-    return secrets.randbelow(10**12) + 10**6
-
-
-def closed_port() -> int:
-    """A local port nothing listens on: for an unreachable Redis, MySQL or endpoint."""
-    return free_port()
 
 
 @pytest.fixture
@@ -203,17 +174,6 @@ def mint(redis: Any) -> Iterator[Callable[[int], str]]:
     yield make
     if minted:
         redis.delete(*(keys.login_token(t) for t in minted))
-
-
-def load_event(name: str, **changes: Any) -> dict[str, Any]:
-    """An ``events/`` file, as ``sam local invoke -e`` would send it."""
-    event = json.loads((EVENTS / name).read_text(encoding="utf-8"))
-    event.update(changes)
-    return event
-
-
-def body(response: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(response["body"])
 
 
 @pytest.fixture
@@ -241,19 +201,8 @@ def make_voucher(db: Database, redis: Any) -> Iterator[Callable[..., int]]:
         redis.delete(*keys.voucher_keys(voucher_id))
 
 
-def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
-    def execute(cursor: Any) -> list[dict[str, Any]]:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
-
-    return db.run(execute)
-
-
 @pytest.fixture
 def context() -> Any:
     from seckill_local.lambdas import LocalContext
 
     return LocalContext("test", 30)
-
-
-__all__ = ["EVENTS", "Path", "body", "closed_port", "db_rows", "drain", "load_event", "new_user", "pymysql"]

@@ -17,7 +17,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.clients import redis_client, sqs_client
+from seckill import warmup
+from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate
@@ -25,7 +26,8 @@ from seckill.poison import Poisoned, PoisonQueue, take_record
 from seckill.scripts import Scripts
 
 logger = Logger()
-tracer = Tracer()
+# The SQL statements and the poison queue's sends show as subsegments.
+tracer = Tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
 # Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
@@ -36,7 +38,10 @@ settings = Settings.from_env()
 redis = redis_client(settings)
 gate = Gate(redis, Scripts.register(redis))
 db = Database.from_settings(settings)
-poison = PoisonQueue(sqs_client(), settings.order_poison_queue_url) if settings.order_poison_queue_url else None
+# boto3 is imported and the client made only when a record is first moved there.
+sqs = OnFirstUse(sqs_client)
+poison = PoisonQueue(sqs, settings.order_poison_queue_url) if settings.order_poison_queue_url else None
+warmup.prepare(warmup.Connections(redis, db, [sqs] if poison else []))
 
 
 @tracer.capture_method

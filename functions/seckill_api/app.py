@@ -2,10 +2,23 @@
 
 Thin by design: Powertools wiring and module-level clients here, the rules in
 the ``seckill`` package.
+
+A press (POST /voucher-order/seckill/{voucherId}) is most of a sale's traffic,
+and most presses are refused, so its path costs little more than the gate's one
+Redis round trip (none while the sold-out answer is cached):
+
+- API Gateway has matched the route already (``routeKey``), so the handler calls
+  ``press`` directly; the Powertools resolver serves every other route.
+- A refusal is an answer, not a captured exception: it is counted in a Tally
+  (summed, published every few seconds, seckill.tally), not printed per request.
+- Traces: invocations X-Ray samples get the handler's subsegment, annotated with
+  the route, the status and the refusal's code, and the SQL and SQS calls'
+  subsegments; the others skip the tracer (X-Ray would discard what it built).
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 from urllib.parse import urlencode
@@ -14,7 +27,6 @@ import pymysql
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -22,8 +34,8 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import orders, results, vouchers
-from seckill.clients import redis_client, sqs_client
+from seckill import orders, results, vouchers, warmup
+from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
 from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
@@ -31,28 +43,62 @@ from seckill.gate import Gate
 from seckill.ids import parse_id
 from seckill.messages import OrderQueue
 from seckill.scripts import Scripts
+from seckill.tally import Tally
 
 logger = Logger()
-tracer = Tracer()
+# The SQL statements and SQS calls show as subsegments of a sampled invocation.
+tracer = Tracer(patch_modules=["pymysql", "botocore"])
 metrics = Metrics(namespace="Seckill")
-# Routes that count nothing (reads, refusals cached locally) are normal, not a warning.
+tally = Tally(metrics)
+# Invocations that publish nothing (their counts wait in the tally) are normal, not a warning.
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 app = APIGatewayHttpResolver()
 
 settings = Settings.from_env()
 redis = redis_client(settings)
 gate = Gate(redis, Scripts.register(redis), settings.refusal_cache_seconds)
-queue = OrderQueue(sqs_client(), settings.order_queue_url)
+sqs = OnFirstUse(sqs_client)
+queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
+warmup.prepare(warmup.Connections(redis, db, [sqs]))
+
+PRESS = "POST /voucher-order/seckill/{voucherId}"
+UNAVAILABLE = (
+    pymysql.err.OperationalError,
+    pymysql.err.InterfaceError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    BotoConnectionError,
+    BotoReadTimeoutError,
+)
 
 
-def current_user() -> int:
+def traced() -> bool:
+    """Whether X-Ray keeps this invocation: tracing is on and the trace header does not
+    say unsampled (without a header, as before: traced)."""
+    return not tracer.disabled and "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", "")
+
+
+def user_of(event: dict[str, Any]) -> int:
     """The user id the authorizer put in the request context; nothing else is trusted."""
-    context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+    context = event.get("requestContext", {}).get("authorizer") or {}
     user_id = (context.get("lambda") or {}).get("userId")
     if user_id is None:
         raise Unauthorized("login required")
     return parse_id(user_id, "userId")
+
+
+def press(event: dict[str, Any]) -> Response:
+    """POST /voucher-order/seckill/{voucherId}: 202 with the order id, or the refusal."""
+    try:
+        user_id = user_of(event)
+        voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
+        ttl = settings.status_ttl_seconds
+        order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=ttl)
+    except Exception as error:
+        return error_response(error)
+    metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
+    return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 
 
 def require_admin() -> None:
@@ -70,20 +116,9 @@ def request_body() -> str | None:
         raise BadRequest("body: must be UTF-8 JSON") from None
 
 
-@app.post("/voucher-order/seckill/<voucherId>")
-@tracer.capture_method
-def seckill(voucherId: str) -> Response:
-    user_id = current_user()
-    voucher_id = parse_id(voucherId, "voucherId")
-    order_id = orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
-    metrics.add_metric(name="OrdersAccepted", unit=MetricUnit.Count, value=1)
-    return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
-
-
 @app.get("/voucher-order/<orderId>")
-@tracer.capture_method
 def order_status(orderId: str) -> Response:
-    user_id = current_user()
+    user_id = user_of(app.current_event.raw_event)
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
 
@@ -97,7 +132,6 @@ def page_size(value: str | None) -> int:
 
 
 @app.get("/voucher/list/<shopId>")
-@tracer.capture_method
 def list_vouchers(shopId: str) -> Response:
     """Paged by id: ``limit`` (default 20, at most 100) and ``after`` (the last id seen);
     a ``Link: <...>; rel="next"`` header names the next page while there is one."""
@@ -114,7 +148,6 @@ def list_vouchers(shopId: str) -> Response:
 
 
 @app.post("/voucher/seckill")
-@tracer.capture_method
 def add_seckill_voucher() -> Response:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
@@ -124,7 +157,6 @@ def add_seckill_voucher() -> Response:
 
 
 @app.post("/voucher")
-@tracer.capture_method
 def add_voucher() -> Response:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
@@ -132,7 +164,6 @@ def add_voucher() -> Response:
 
 
 @app.post("/voucher/seckill/<voucherId>/stop")
-@tracer.capture_method
 def stop_seckill_voucher(voucherId: str) -> Response:
     require_admin()
     voucher_id = parse_id(voucherId, "voucherId")
@@ -141,34 +172,31 @@ def stop_seckill_voucher(voucherId: str) -> Response:
     return results.ok(voucher_id)
 
 
-@app.exception_handler(SeckillError)
+@app.exception_handler(Exception)
+def error_response(error: Exception) -> Response:
+    """Every error's answer, for the press and the resolver's routes alike."""
+    if isinstance(error, SeckillError):
+        return refused(error)
+    if isinstance(error, UNAVAILABLE) and not (isinstance(error, pymysql.Error) and not is_connection_error(error)):
+        # A dependency that cannot be reached is the client's cue to try again; an error
+        # MySQL reports about the statement itself stays a 500.
+        logger.warning("dependency unavailable", exc_info=error)
+        metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=1)
+        return results.fail(503, "TRY_AGAIN", "the service is briefly unavailable, please try again")
+    # Logged whole for us, never shown to the client.
+    logger.error("unhandled error", exc_info=error)
+    return results.fail(500, "INTERNAL_ERROR", "internal error")
+
+
 def refused(error: SeckillError) -> Response:
     if isinstance(error, TryAgain):
         logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
         metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
     else:
-        metrics.add_metric(name=f"Refused{error.code}", unit=MetricUnit.Count, value=1)
+        tally.count(f"Refused{error.code}")
+        if traced():
+            tracer.put_annotation(key="refusal", value=error.code)
     return results.fail(error.status, error.code, error.message)
-
-
-@app.exception_handler(
-    [
-        pymysql.err.OperationalError,
-        pymysql.err.InterfaceError,
-        RedisConnectionError,
-        RedisTimeoutError,
-        BotoConnectionError,
-        BotoReadTimeoutError,
-    ]
-)
-def unavailable(error: Exception) -> Response:
-    """A dependency that cannot be reached is the client's cue to try again; an error
-    MySQL reports about the statement itself stays a 500."""
-    if isinstance(error, pymysql.Error) and not is_connection_error(error):
-        return unexpected(error)
-    logger.warning("dependency unavailable", exc_info=error)
-    metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=1)
-    return results.fail(503, "TRY_AGAIN", "the service is briefly unavailable, please try again")
 
 
 @app.not_found
@@ -176,15 +204,24 @@ def no_route(_: NotFoundError) -> Response:
     return results.fail(404, "NOT_FOUND", "no such route")
 
 
-@app.exception_handler(Exception)
-def unexpected(error: Exception) -> Response:
-    # Logged whole for us, never shown to the client.
-    logger.exception("unhandled error")
-    return results.fail(500, "INTERNAL_ERROR", "internal error")
-
-
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("routeKey") == PRESS:
+        return results.http_api(press(event), event)
     return app.resolve(event, context)
+
+
+@logger.inject_lambda_context
+@tally.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    logger.set_correlation_id(event.get("requestContext", {}).get("requestId"))
+    if not traced():
+        return respond(event, context)
+    return traced_handler(event, context)
+
+
+@tracer.capture_lambda_handler(capture_response=False)
+def traced_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response = respond(event, context)
+    tracer.put_annotation(key="route", value=event.get("routeKey", ""))
+    tracer.put_annotation(key="status", value=response["statusCode"])
+    return response

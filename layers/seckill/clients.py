@@ -1,11 +1,17 @@
-"""Module-level clients for Redis and SQS, built once per Lambda container."""
+"""Module-level clients for Redis and SQS, built once per Lambda container.
+
+boto3 is imported, and an SQS client made, only when a function first sends:
+loading SQS's service model is the largest part of a cold start, and most cold
+starts of a sale only refuse (seckill.warmup makes it ahead of traffic where
+init does not delay a request).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
@@ -58,7 +64,35 @@ def redis_client(settings: Settings) -> RedisClient:
 def sqs_client() -> Any:
     """boto3 honours AWS_ENDPOINT_URL_SQS, which points local runs at moto.
     Few, quick attempts: the caller answers 503 rather than keep a user waiting."""
+    import boto3
+    from botocore.config import Config
+
     return boto3.client(
         "sqs",
         config=Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 3, "mode": "standard"}),
     )
+
+
+class OnFirstUse:
+    """Stands in for a client that is made when it is first used (any attribute
+    read), once, whichever thread gets there first."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The client, made now if it was not yet."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+        return self._client
+
+    @property
+    def made(self) -> bool:
+        return self._client is not None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)

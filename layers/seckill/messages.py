@@ -167,9 +167,11 @@ class OrderQueue:
     def __init__(self, sqs: Any, queue_url: str) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
-        sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
 
     def send(self, message: OrderMessage) -> Sent:
+        # At each send rather than at construction, so that a client made on first use
+        # (seckill.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
+        self.sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
         _send.watching, _send.in_doubt, _send.attempts = True, False, 0
         try:
             self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())

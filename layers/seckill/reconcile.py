@@ -45,8 +45,6 @@ from seckill.recovery import (
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 
-# Pending orders of a sale that ended recently still need resolving.
-ENDED_WITHIN = timedelta(days=1)
 # A reservation younger than this may still belong to a live request: API Gateway
 # gives up on a request after 30 s, so an operator may not go below that.
 MIN_PENDING_AGE = timedelta(seconds=30)
@@ -176,7 +174,7 @@ def reconcile(
     seconds, micros = redis.time()
     older_than_ms = seconds * 1000 + micros // 1000 - int(pending_age.total_seconds() * 1000)
     results = []
-    for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db, ended_within=ENDED_WITHIN):
+    for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db):
         result = VoucherReconciled(voucher_id)
         state = restore(db, redis, scripts, voucher_id, "check")
         if state is None:

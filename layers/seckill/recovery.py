@@ -60,10 +60,15 @@ class Restored:
         return self.redis_stock != self.expected_stock or self.buyers_added > 0 or self.buyers_removed > 0
 
 
-def voucher_ids_on_sale(db: Database, *, ended_within: timedelta = timedelta(0)) -> list[int]:
-    """Seckill vouchers whose sale has not ended (or ended less than ``ended_within`` ago),
-    withdrawn ones included: their pending orders still need resolving."""
-    since = to_db(datetime.now(UTC) - ended_within)
+# A sale that ended recently is still looked after: its pending orders need resolving,
+# and its Redis state answers ENDED without asking MySQL.
+ENDED_WITHIN = timedelta(days=1)
+
+
+def voucher_ids_on_sale(db: Database) -> list[int]:
+    """Seckill vouchers whose sale has not ended, or ended less than ``ENDED_WITHIN``
+    ago; withdrawn ones included."""
+    since = to_db(datetime.now(UTC) - ENDED_WITHIN)
 
     def read(cursor: DictCursor) -> list[int]:
         cursor.execute("SELECT voucher_id FROM tb_seckill_voucher WHERE end_time > %s ORDER BY voucher_id", (since,))

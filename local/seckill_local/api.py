@@ -6,8 +6,10 @@ cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
 authorizer that fails (raises, times out, or answers without a boolean
 ``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
 and nothing is cached.
-AWS_IAM routes need a SigV4-signed request; the signature is not verified
-locally, only required, and the function sees an ``iam`` authorizer context.
+AWS_IAM routes need a request SigV4-signed with the local credentials (the
+signature is verified: ``seckill_local.sigv4``); API Gateway's 403 ``Forbidden``
+answers one unsigned or badly signed, and the function sees an ``iam``
+authorizer context naming the caller's access key.
 """
 
 from __future__ import annotations
@@ -19,34 +21,38 @@ import time
 import uuid
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from seckill_local.lambdas import FunctionPool
+from seckill_local.sigv4 import Verifier, local_credentials
 from seckill_local.template import Function, Route, Template
 
 ACCOUNT = "123456789012"
-IAM_CONTEXT = {
-    "accessKey": "LOCAL",
-    "accountId": ACCOUNT,
-    "callerId": "LOCAL",
-    "principalOrgId": None,
-    "userArn": f"arn:aws:iam::{ACCOUNT}:user/local-admin",
-    "userId": "LOCAL",
-}
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def iam_context(access_key: str) -> dict[str, Any]:
+    return {
+        "accessKey": access_key,
+        "accountId": ACCOUNT,
+        "callerId": access_key,
+        "principalOrgId": None,
+        "userArn": f"arn:aws:iam::{ACCOUNT}:user/local-admin",
+        "userId": access_key,
+    }
 
 
 class LocalHttpApi:
-    def __init__(self, template: Template, pools: dict[str, FunctionPool]) -> None:
+    def __init__(self, template: Template, pools: dict[str, FunctionPool], verifier: Verifier | None = None) -> None:
         self.routes: list[tuple[Route, Function]] = template.routes()
         self.pools = pools
         self.authorizer = template.authorizer()
+        self.verifier = verifier or Verifier(local_credentials(), "execute-api")
         self._auth_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
 
-    def handle(
-        self, method: str, target: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer:
         url = urlsplit(target)
         for route, fn in self.routes:
             params = route.match(method, url.path)
@@ -55,9 +61,10 @@ class LocalHttpApi:
             event = self._event(route, url.path, url.query, headers, body, params)
             authorizer: dict[str, Any] = {}
             if route.auth == "AWS_IAM":
-                if not headers.get("authorization", "").startswith("AWS4-HMAC-SHA256"):
+                caller = self.verifier.caller(method, target, headers, body)
+                if caller is None:
                     return _gateway(403, "Forbidden")
-                authorizer = {"iam": IAM_CONTEXT}
+                authorizer = {"iam": iam_context(caller)}
             elif route.auth != "NONE" and self.authorizer is not None:
                 token = headers.get("authorization")
                 if not token:
@@ -145,12 +152,12 @@ class LocalHttpApi:
         return event
 
 
-def _gateway(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+def _gateway(status: int, message: str) -> Answer:
     """API Gateway's own answers (before or instead of the function)."""
     return status, {"content-type": "application/json"}, json.dumps({"message": message}).encode()
 
 
-def _http_response(result: Any) -> tuple[int, dict[str, str], bytes]:
+def _http_response(result: Any) -> Answer:
     if not isinstance(result, dict) or "statusCode" not in result:
         # Payload 2.0 treats anything else as a 200 JSON body.
         return 200, {"content-type": "application/json"}, json.dumps(result).encode()
@@ -160,7 +167,11 @@ def _http_response(result: Any) -> tuple[int, dict[str, str], bytes]:
     return int(result["statusCode"]), headers, raw
 
 
-def make_server(api: LocalHttpApi, host: str, port: int, *, verbose: bool = False) -> ThreadingHTTPServer:
+class Handles(Protocol):
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer: ...
+
+
+def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

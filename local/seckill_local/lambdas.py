@@ -3,11 +3,19 @@
 Each function gets a pool of worker processes, one per warm "container": a
 container serves one invocation at a time and keeps its module-level state
 (clients, caches) between invocations, as on Lambda.
+
+A container that finds ``SECKILL_LOCAL_WORKER_HOOK=module:function`` in its
+environment (the env-vars file's, or the runner's own) calls that function with
+the function's logical id and the container's number (0, 1, ... in the order
+the pool started them, replacements included) before importing the handler:
+a place to instrument a container, e.g. to inject faults.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import itertools
 import json
 import os
 import queue
@@ -24,10 +32,13 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from seckill_local import chaos
+from seckill.db import Credentials
+from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import Function, Template
 
 Handler = Callable[[dict[str, Any], Any], Any]
+WorkerHook = Callable[[str, int], None]
+WORKER_HOOK = "SECKILL_LOCAL_WORKER_HOOK"
 
 
 def read_env_vars(path: Path | None) -> dict[str, dict[str, str]]:
@@ -36,6 +47,23 @@ def read_env_vars(path: Path | None) -> dict[str, dict[str, str]]:
         return {}
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return {k: {name: str(v) for name, v in vars_.items()} for k, vars_ in data.items()}
+
+
+def local_parameters(redis_url: str, creds: Credentials) -> dict[str, str]:
+    """The ``Parameters`` of an env-vars file pointing the functions at local services."""
+    return {
+        "REDIS_URL": redis_url,
+        "DB_HOST": creds.host,
+        "DB_PORT": str(creds.port),
+        "DB_NAME": creds.database,
+        "DB_USER": creds.user,
+        "DB_PASSWORD": creds.password,
+        "DB_SECRET_ARN": "",
+        **LOCAL_AWS,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
 
 
 def function_environment(
@@ -99,15 +127,31 @@ def invoke(fn: Function, handler: Handler, event: dict[str, Any]) -> Any:
     return json.loads(json.dumps(result))
 
 
+def worker_hook(spec: str) -> WorkerHook:
+    """The function a ``module:function`` names."""
+    module, _, name = spec.partition(":")
+    try:
+        hook: WorkerHook = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{WORKER_HOOK}={spec!r} names no importable module:function ({exc})") from None
+    return hook
+
+
+def start_function(fn: Function, env: dict[str, str], container: int = 0) -> Handler:
+    """What a container does as it starts: its environment, the worker hook, then the handler's import."""
+    os.environ.update(env)
+    if spec := os.environ.get(WORKER_HOOK):
+        worker_hook(spec)(fn.logical_id, container)
+    return load_handler(fn)
+
+
 # One function per worker process.
 _worker: tuple[Function, Handler] | None = None
 
 
-def _start_worker(fn: Function, env: dict[str, str]) -> None:
+def _start_worker(fn: Function, env: dict[str, str], container: int) -> None:
     global _worker
-    os.environ.update(env)
-    chaos.install(fn.logical_id)
-    _worker = (fn, load_handler(fn))
+    _worker = (fn, start_function(fn, env, container))
 
 
 def _invoke_in_worker(event: dict[str, Any]) -> Any:
@@ -130,6 +174,9 @@ class FunctionPool:
         self.env = env
         self.containers = containers
         self.restarts = 0
+        if spec := env.get(WORKER_HOOK) or os.environ.get(WORKER_HOOK):
+            worker_hook(spec)  # a bad name fails here, not as a pool whose containers die at start
+        self._numbers = itertools.count()
         self._idle: queue.Queue[ProcessPoolExecutor] = queue.Queue()
         self._all: set[ProcessPoolExecutor] = set()
         self._lock = threading.Lock()
@@ -138,7 +185,10 @@ class FunctionPool:
 
     def _new_container(self) -> ProcessPoolExecutor:
         container = ProcessPoolExecutor(
-            max_workers=1, mp_context=get_context("spawn"), initializer=_start_worker, initargs=(self.fn, self.env)
+            max_workers=1,
+            mp_context=get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(self.fn, self.env, next(self._numbers)),
         )
         with self._lock:
             self._all.add(container)

@@ -3,10 +3,14 @@
   seckill-local start-sqs                     moto SQS server + the template's queues
   seckill-local invoke LogicalId -e event.json --env-vars events/env.json
   seckill-local start-api --env-vars events/env.json      the HTTP API on localhost
+  seckill-local start-lambda --env-vars events/env.json   Lambda's Invoke API on localhost
   seckill-local feed --env-vars events/env.json           OrderQueue -> persister
   seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.
+SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
+is called in each function's container as it starts, with the function's logical id
+and the container's number.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
-from seckill_local.lambdas import FunctionPool, function_environment, invoke, load_handler, read_env_vars
+from seckill_local.lambda_api import LocalLambdaApi
+from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import TEMPLATE, Function, Template
 
@@ -100,12 +105,11 @@ def cmd_start_sqs(args: argparse.Namespace) -> int:
 def cmd_invoke(args: argparse.Namespace) -> int:
     runner = Runner(args)
     fn = runner.function(args.logical_id)
-    os.environ.update(runner.environment(fn))
     event = json.loads(Path(args.event).read_text(encoding="utf-8")) if args.event else {}
     # As sam local invoke: the function's logs (Powertools writes to stdout) go to stderr,
     # so stdout carries only the result.
     with contextlib.redirect_stdout(sys.stderr):
-        result = invoke(fn, load_handler(fn), event)
+        result = invoke(fn, start_function(fn, runner.environment(fn)), event)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -133,6 +137,20 @@ def cmd_start_api(args: argparse.Namespace) -> int:
         server.shutdown()
         for pool in pools.values():
             pool.close()
+    return 0
+
+
+def cmd_start_lambda(args: argparse.Namespace) -> int:
+    runner = Runner(args)
+    api = LocalLambdaApi(list(runner.template.functions), lambda name: runner.pool(name, args.containers))
+    server = make_server(api, args.host, args.port, verbose=args.verbose)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"Lambda Invoke API on http://{args.host}:{args.port} (AWS_ENDPOINT_URL_LAMBDA; Ctrl-C to stop)", flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        server.shutdown()
+        api.close()
     return 0
 
 
@@ -274,12 +292,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--event", "-e", help="event JSON file")
     p.set_defaults(run=cmd_invoke)
 
-    p = sub.add_parser("start-api", parents=[common], help="serve the HTTP API with its authorizer")
-    p.add_argument("--host", default="127.0.0.1")
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--verbose", action="store_true", help="log every request")
+
+    p = sub.add_parser("start-api", parents=[common, server], help="serve the HTTP API with its authorizer")
     p.add_argument("--port", "-p", type=int, default=3000)
     p.add_argument("--containers", type=int, default=4, help="warm containers of the API function (default 4)")
-    p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(run=cmd_start_api)
+
+    p = sub.add_parser(
+        "start-lambda", parents=[common, server], help="serve Lambda's Invoke API (sam local start-lambda)"
+    )
+    p.add_argument("--port", "-p", type=int, default=3001)
+    p.add_argument("--containers", type=int, default=1, help="warm containers per function (default 1)")
+    p.set_defaults(run=cmd_start_lambda)
 
     p = sub.add_parser("schedule", parents=[common], help="run the template's scheduled functions on their rate")
     p.add_argument("--every", type=float, help="seconds between runs, instead of the template's rate")

@@ -117,15 +117,16 @@ class Template:
             if not default:
                 return None
             spec = auth["Authorizers"][default]
-            # arn:...:function:${AuthorizerFunction}: the function's Ref (its name)
-            named = re.fullmatch(r".*:function:\$\{(\w+)\}", spec["FunctionArn"]["Fn::Sub"])
-            if named is None:
-                raise ValueError(
-                    f"the authorizer's FunctionArn names no function of the template: {spec['FunctionArn']}"
-                )
-            function = named.group(1)
-            return function, int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
+            return self._function_of(spec["FunctionArn"]), int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
         return None
+
+    def _function_of(self, arn: dict[str, Any]) -> str:
+        """The function an ARN names, as sam local reads it: ``!Sub arn:...:function:${Fn}``,
+        optionally with a qualifier (``:live``, the alias; locally it runs the same code)."""
+        named = re.fullmatch(r"arn:.*:function:\$\{(\w+)\}(?::[\w-]+)?", str(arn.get("Fn::Sub", "")))
+        if named is None or named.group(1) not in self.functions:
+            raise ValueError(f"the authorizer's FunctionArn names no function of the template: {arn}")
+        return named.group(1)
 
     def routes(self) -> list[tuple[Route, Function]]:
         return [(route, fn) for fn in self.functions.values() for route in fn.routes]

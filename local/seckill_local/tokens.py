@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--with-user-ids", action="store_true", help="write 'userId,token' lines instead of tokens")
     parser.add_argument("--ttl", type=int, default=86400, help="token lifetime in seconds (default %(default)s)")
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--redis-url", default=Settings.from_env().redis_url, help="(default %(default)s)")
     args = parser.parse_args(argv)
     if args.count < 1 or args.first_user < 1:
         parser.error("--count and --first-user must be positive")

@@ -24,7 +24,6 @@ from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, connect
 from seckill_local.sqs import ensure_queues, sqs_client
-from seckill_local.stack import START_MARIADB, START_REDIS
 from seckill_local.template import Template
 
 # What the README's setup grants the `seckill` user of events/env.docker.json,
@@ -62,16 +61,12 @@ class Sandbox:
         try:
             self.redis.ping()
         except RedisError as exc:
-            raise Unavailable(
-                f"Redis at {self.settings.redis_url} is not answering ({exc}): make services, or {START_REDIS}"
-            ) from exc
+            raise Unavailable(f"Redis at {self.settings.redis_url} is not answering ({exc}): make services") from exc
         try:
             connect(self.admin, database=False).close()
         except pymysql.err.MySQLError as exc:
             where = f"{self.admin.host}:{self.admin.port}"
-            raise Unavailable(
-                f"MySQL at {where} refused {self.admin.user} ({exc}): make services, or {START_MARIADB}"
-            ) from exc
+            raise Unavailable(f"MySQL at {where} refused {self.admin.user} ({exc}): make services") from exc
 
     # --- MySQL -------------------------------------------------------------------------
 

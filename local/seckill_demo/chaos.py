@@ -1,0 +1,257 @@
+"""A chaos run (``seckill-flash-sale --chaos``): every fault of the fault table
+injected during the sale, and the table of what absorbed each.
+
+Inside the functions (``seckill_demo.faults``, armed through the local runner's
+worker hook): SQS sends refused or their replies lost, the API crashing after the
+gate, the persister crashing mid-batch. From outside, by this module: Redis
+answers lost on their way back (a proxy between the functions and a Redis of the
+run's own), MySQL connections killed, malformed messages on the queue, the
+persister down while half of the waiting orders are dead-lettered, and Redis
+restarted empty mid-sale. Every draw comes from the run's seed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pymysql
+from rich.progress import Progress
+
+from seckill.db import Credentials
+from seckill.reconcile import MIN_PENDING_AGE
+from seckill.recovery import recover_if_lost
+from seckill.tokens import store_tokens
+from seckill_demo.faults import ENV as FAULTS_ENV
+from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, record, rng
+from seckill_demo.load import TOKEN_TTL, Press
+from seckill_demo.proxy import LossyProxy
+from seckill_demo.report import Fault
+from seckill_demo.stack import free_port
+from seckill_local.lambdas import WORKER_HOOK
+
+if TYPE_CHECKING:
+    from seckill_demo.scenario import LocalSale
+
+# Per function: every fault on, at rates a 1,000-user sale notices.
+RATES = {
+    "SeckillApiFunction": {"sendFailure": 0.05, "sendReplyLost": 0.05, "sendCrash": 0.02},
+    "OrderPersisterFunction": {"persisterCrash": 0.03},
+}
+ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' faults fire
+RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
+REPLY_LOSS_EVERY = 0.5  # seconds between bursts of lost Redis replies
+REPLY_LOSS_BURST = 4  # replies lost in a row: more than redis-py's retries, so some presses get 503
+MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
+
+
+class Chaos:
+    """The run's own Redis (restarted mid-sale), the proxy that loses its answers
+    to the functions, and the log every injected fault is written to."""
+
+    def __init__(self, workdir: Path, seed: int) -> None:
+        self.seed = seed
+        self.private_redis = PrivateRedis(workdir, free_port())
+        self.proxy: LossyProxy | None = None
+        self.log = workdir / "chaos.jsonl"
+        self.log.unlink(missing_ok=True)  # a kept --logs folder may hold an earlier run's
+        self.armed = workdir / ARMED
+
+    def start(self) -> str:
+        """Start the Redis; the URL the functions reach it by, through the proxy."""
+        self.private_redis.start()
+        self.proxy = LossyProxy("127.0.0.1", self.private_redis.port, seed=rng(self.seed, "proxy").getrandbits(64))
+        self.proxy.only_after = b"EVALSHA"  # only answers to scripts are lost: connecting goes through
+        return f"redis://{self.proxy.url_host}/0"
+
+    def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+        self.private_redis.kill()
+
+    def function_env(self) -> dict[str, dict[str, str]]:
+        """The env-vars file's sections that arm each function's faults."""
+        return {
+            function: {
+                WORKER_HOOK: HOOK,
+                FAULTS_ENV: json.dumps({**rates, "seed": self.seed, "log": str(self.log), "armed": str(self.armed)}),
+            }
+            for function, rates in RATES.items()
+        }
+
+    def fire(
+        self, sale: LocalSale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
+    ) -> tuple[list[Press], float]:
+        """The presses, under fire."""
+        assert self.proxy is not None
+        for body in MALFORMED:
+            sale.sqs.send_message(QueueUrl=sale.queue_url, MessageBody=body)
+            record(self.log, "malformed-message", body=body)
+        restart_at = int(len(tokens) * sale.args.presses * 0.4)
+        trigger = threading.Event()
+        restarter = threading.Thread(target=lambda: trigger.wait() and self.restart_redis(sale, tokens), daemon=True)
+        restarter.start()
+        self.armed.touch()
+        sale.stack.pause_feeder(True)  # until the Redis restart: orders wait on the queue
+        spare = {sale.db.connection().thread_id()}
+        stop = threading.Event()
+        reconciler = threading.Thread(target=reconcile_periodically, args=(sale, stop, reconciled), daemon=True)
+        reconciler.start()
+        loser = threading.Thread(target=self.lose_redis_replies, args=(stop,), daemon=True)
+        loser.start()
+        killer = ConnectionKiller(
+            creds, self.log, interval=0.5, share=0.5, spare=spare, chance=rng(self.seed, "mysql-connections")
+        )
+        with killer:
+            result = sale.fire(tokens, progress, on_press=lambda done: done == restart_at and trigger.set())
+            trigger.set()
+            restarter.join()
+        self.armed.unlink()
+        stop.set()
+        reconciler.join()
+        loser.join()
+        self.proxy.drop_replies = 0
+        record(self.log, "redis-replies-lost", count=self.proxy.dropped)
+        return result
+
+    def lose_redis_replies(self, stop: threading.Event) -> None:
+        """Bursts of Redis answers lost on their way back to the functions (the scripts ran)."""
+        assert self.proxy is not None
+        while not stop.wait(REPLY_LOSS_EVERY):
+            if self.armed.exists():
+                self.proxy.drop_replies = REPLY_LOSS_BURST
+
+    def restart_redis(self, sale: LocalSale, tokens: dict[int, str]) -> None:
+        """Two incidents at once. The persister has been down since the sale began
+        (throttled, or MySQL unreachable) and half of the orders waiting for it have
+        been dead-lettered, as SQS does after maxReceiveCount; then Redis dies and comes
+        back empty. Then what operations would do: the persister comes back, sessions
+        come back as users log in again, and recovery rebuilds the vouchers once the
+        queue has drained, counting the dead-lettered orders as sold. The DLQ is
+        replayed after the sale."""
+        self.private_redis.kill()
+        record(self.log, "redis-restart")
+        moved = dead_letter_half_of_the_queue(sale)
+        record(self.log, "messages-dead-lettered", count=moved)
+        sale.stack.pause_feeder(False)
+        self.private_redis.start()
+        store_tokens(sale.redis, tokens, ttl_seconds=TOKEN_TTL)
+        for attempt in range(5):  # the connection killer may hit this run's own connections too
+            try:
+                done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
+                if not done.blocked:
+                    break
+                record(self.log, "redis-rebuild-deferred", why=done.blocked)
+            except pymysql.Error:
+                sale.db.close()
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            return  # the periodic reconciliation (which recovers first) rebuilds it once it can
+        rebuilt = sum(r.applied for r in done.rebuilt)
+        record(self.log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
+
+    def faults_table(
+        self,
+        sale: LocalSale,
+        presses: list[Press],
+        reconciled: dict[str, int],
+        dlq: tuple[int, int],
+        poisoned: list[str],
+    ) -> list[Fault]:
+        log = read_log(self.log)
+        injected = Counter(line["fault"] for line in log)
+        statuses = Counter(p.status for p in presses)
+
+        def total(fault: str, field: str) -> int:
+            return sum(line.get(field, 0) for line in log if line["fault"] == fault)
+
+        failed = sale.failed_reasons()
+        resumed = sum(n - 1 for n in Counter((p.order_id, p.user_id) for p in presses if p.status == 202).values())
+        return [
+            Fault(
+                "SQS send refused (nothing stored)",
+                injected["sqs-send-failure"],
+                "reservation released, client told 503 TRY_AGAIN, the app retried",
+                f"{statuses[503]} answers 503 (with the outages')",
+            ),
+            Fault(
+                "SQS stored the order, its reply was lost",
+                injected["sqs-reply-lost"],
+                "send in doubt: answered 202 and promised (re-queued if it never arrives); copies absorbed",
+                "see invariants: no order lost, none twice",
+            ),
+            Fault(
+                "Redis answers lost (the scripts ran)",
+                total("redis-replies-lost", "count"),
+                "redis-py's retry gets its own reservation back; after a 503 the next press takes it over or "
+                "resumes its order id",
+                f"{resumed} presses answered with the order of an earlier press",
+            ),
+            Fault(
+                "API container crashed after the gate, before the send",
+                injected["api-crash-before-send"],
+                "no 202 was given: the user's next press resumes the reservation, or reconciliation fails "
+                "the order id (NOT_QUEUED) and frees the unit",
+                f"reconciliation failed {reconciled.get('failed', 0)}, released {reconciled.get('released', 0)}; "
+                f"{statuses[500]} answers 500",
+            ),
+            Fault(
+                "persister crashed mid-batch",
+                injected["persister-crash-mid-batch"],
+                "batch redelivered after the visibility timeout; idempotent on order id",
+                "see invariants",
+            ),
+            Fault(
+                "MySQL connection killed",
+                injected["mysql-connection-killed"],
+                "transaction rolled back, batch item failure, SQS retried (DLQ + replay past maxReceiveCount)",
+                f"DLQ held {dlq[0]} before replay",
+            ),
+            Fault(
+                "malformed message",
+                injected["malformed-message"],
+                "moved unchanged to the poison queue with its reason, acknowledged; never dead-lettered",
+                f"poison queue holds {len(set(poisoned))} distinct ({len(poisoned)} with the copies a crash "
+                f"mid-batch moved twice); DLQ holds {dlq[1]} after replay",
+            ),
+            Fault(
+                "Redis restarted empty, orders waiting in the DLQ",
+                injected["redis-restart"],
+                "(the persister was down until then, and half the waiting orders were dead-lettered) 503 until "
+                "the queue drained; vouchers rebuilt from MySQL with the dead-lettered orders counted as sold "
+                "(no false 404, no unit sold twice); sessions restored",
+                f"{total('messages-dead-lettered', 'count')} messages dead-lettered, "
+                f"{total('redis-rebuilt', 'deadLetters')} orders counted at the rebuild; "
+                f"{injected['redis-rebuild-deferred']} rebuilds deferred; {statuses[404]} answers 404; "
+                f"FAILED: {', '.join(f'{k} {v}' for k, v in sorted(failed.items())) or 'none'}",
+            ),
+        ]
+
+
+def dead_letter_half_of_the_queue(sale: LocalSale) -> int:
+    """Move every other message of OrderQueue to its DLQ; the rest are visible again
+    after the visibility timeout."""
+    moved = seen = 0
+    while batch := sale.sqs.receive_message(QueueUrl=sale.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+        "Messages", []
+    ):
+        for m in batch:
+            seen += 1
+            if seen % 2:
+                sale.sqs.send_message(QueueUrl=sale.dlq_url, MessageBody=m["Body"])
+                sale.sqs.delete_message(QueueUrl=sale.queue_url, ReceiptHandle=m["ReceiptHandle"])
+                moved += 1
+    return moved
+
+
+def reconcile_periodically(sale: LocalSale, stop: threading.Event, totals: Counter[str]) -> None:
+    """What ReconcilerFunction's schedule does in AWS, at a pace that fits a short sale."""
+    while not stop.wait(RECONCILE_EVERY):
+        try:
+            totals.update(sale.reconcile(pending_age=MIN_PENDING_AGE))
+        except Exception:  # a failed scheduled run; the next one tries again
+            sale.db.close()

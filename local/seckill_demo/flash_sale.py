@@ -1,0 +1,163 @@
+"""``seckill-flash-sale``: the main job, a whole flash sale on this machine
+(or, with --endpoint and --stack-name, against a deployed stack).
+
+Applies the schema, starts moto SQS, the local HTTP API (authorizer included)
+and the queue feeder, creates a voucher whose sale is open now, mints users,
+and fires their presses concurrently through the real request path. Then it
+drains the queue, replays the dead-letter queue, reconciles, re-delivers every
+order once more, asks the status route about every order id it was given, and
+reports. ``--chaos`` injects faults all along (see ``seckill_demo.chaos``);
+every random draw of a run (the order of the presses, the faults) comes from
+``--seed``, printed at the start and in the report.
+
+With ``--endpoint URL --stack-name NAME`` the same sale runs against a deployed
+stack with the caller's AWS credentials (see ``seckill_demo.deployed``); the
+report checks what can be seen from outside and names what cannot.
+
+Exit status: 0 every invariant (docs/invariants.md) holds; 1 one does not (or the run
+could not complete); 2 a local service or the stack is missing, or an option is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import urllib3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.db import Credentials, Database
+from seckill.migrate import migrate
+from seckill_demo.chaos import Chaos
+from seckill_demo.deployed import run_deployed_sale
+from seckill_demo.scenario import LocalSale, console, run_local_sale
+from seckill_demo.stack import LocalStack, preflight
+from seckill_local.lambdas import local_parameters
+from seckill_local.sqs import LOCAL_AWS
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.update({k: v for k, v in LOCAL_AWS.items() if k not in os.environ})
+    creds = Credentials(args.db_host, args.db_port, args.db_user, args.db_password, args.db_name)
+    if args.chaos and not shutil.which("redis-server"):
+        console.print("[bold red]--chaos restarts a Redis of its own: redis-server must be installed")
+        return 2
+    problem = preflight(Settings.from_env({**os.environ, "REDIS_URL": args.redis_url}), creds)
+    if problem:
+        console.print(f"[bold red]{problem}")
+        return 2
+    migrate(creds)
+    console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
+    console.print(f"seed {args.seed}")
+    with workdir(args.logs) as tmp:
+        chaos = Chaos(tmp, args.seed) if args.chaos else None
+        redis_url = functions_redis_url = args.redis_url
+        stack = None
+        try:
+            env_vars = {}
+            if chaos is not None:
+                functions_redis_url = chaos.start()
+                redis_url = chaos.private_redis.url
+                env_vars = chaos.function_env()
+                console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
+            env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
+            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
+            redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
+            http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
+            with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
+                stack.start()
+            console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
+            return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http, chaos), creds)
+        finally:
+            if stack is not None:
+                stack.stop()
+            if chaos is not None:
+                chaos.close()
+
+
+@contextmanager
+def workdir(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="seckill-sale-") as tmp:
+        yield Path(tmp)
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = Settings.from_env()
+    p = argparse.ArgumentParser(
+        prog="seckill-flash-sale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--users", type=int, default=1000, help="distinct users (default %(default)s)")
+    p.add_argument("--stock", type=int, default=200, help="vouchers on sale (default %(default)s)")
+    p.add_argument("--presses", type=int, default=3, help="presses per user (default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=64, help="requests in flight at once (default %(default)s)")
+    p.add_argument("--containers", type=int, default=4, help="warm API function containers (default %(default)s)")
+    p.add_argument(
+        "--chaos",
+        action="store_true",
+        help="inject every fault: SQS sends refused, API crashes after the gate, persister crashes "
+        "mid-batch, MySQL connections killed, malformed messages, Redis restarted empty mid-sale",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=secrets.randbelow(2**32),
+        help="seed of every random draw (the presses' order, the faults); default: a new one, printed",
+    )
+    p.add_argument("--shop-id", type=int, default=1, help="shop the voucher belongs to (default %(default)s)")
+    p.add_argument("--first-user", type=int, default=1, help="first user id (default %(default)s)")
+    p.add_argument("--drain-timeout", type=float, default=120, help="seconds to wait per drain phase (default 120)")
+    p.add_argument("--redis-url", default=defaults.redis_url, help="default %(default)s ($REDIS_URL)")
+    p.add_argument("--db-host", default=defaults.db_host, help="default %(default)s ($DB_HOST)")
+    p.add_argument("--db-port", type=int, default=defaults.db_port, help="default %(default)s ($DB_PORT)")
+    p.add_argument("--db-user", default=defaults.db_user, help="default %(default)s ($DB_USER)")
+    p.add_argument("--db-password", default=defaults.db_password, help="default: $DB_PASSWORD")
+    p.add_argument("--db-name", default=defaults.db_name, help="created if missing (default %(default)s, $DB_NAME)")
+    p.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
+    deployed = p.add_argument_group(
+        "a deployed stack (instead of the local services; AWS credentials as boto3 finds them)"
+    )
+    deployed.add_argument(
+        "--endpoint", help="the stack's ApiEndpoint, e.g. https://abc123.execute-api.eu-west-1.amazonaws.com"
+    )
+    deployed.add_argument(
+        "--stack-name", help="the stack whose outputs name its queues and TokenMinterFunction (EnableTestTokens=true)"
+    )
+    deployed.add_argument("--region", help="the stack's region (default: the AWS configuration's)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for name in ("users", "stock", "presses", "concurrency", "containers", "shop_id", "first_user"):
+        if getattr(args, name) < 1:
+            parser().error(f"--{name.replace('_', '-')} must be at least 1")
+    if bool(args.endpoint) != bool(args.stack_name):
+        parser().error("--endpoint and --stack-name go together")
+    if args.endpoint and args.chaos:
+        parser().error("--chaos injects faults into the local services only, not with --endpoint")
+    try:
+        return run_deployed_sale(args) if args.endpoint else run(args)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/] (replay with --seed {args.seed})")
+        return 130
+    except (RuntimeError, BotoCoreError, ClientError) as exc:
+        console.print(f"[bold red]{exc}[/]\nreplay with --seed {args.seed}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The load generator: every user's presses, shuffled, fired with a bounded number
+in flight, each press as the client app makes it (a 503 TRY_AGAIN is pressed
+again after a short pause), with the latency of every answer."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import urllib3
+from rich.progress import Progress
+
+from seckill_demo.faults import rng
+
+TRY_AGAIN_RETRIES = 10  # how often the client app repeats a press answered 503 TRY_AGAIN
+TOKEN_TTL = 3600  # seconds the users' login tokens live: longer than any sale
+
+
+@dataclass
+class Press:
+    """One button press as the client saw it."""
+
+    user_id: int
+    status: int
+    code: str | None
+    order_id: str | None
+    latency_ms: float
+
+
+def fire(
+    http: urllib3.PoolManager,
+    api_url: str,
+    voucher_id: int,
+    tokens: dict[int, str],
+    presses: int,
+    concurrency: int,
+    progress: Progress,
+    seed: int,
+    on_press: Callable[[int], None] = lambda done: None,
+) -> tuple[list[Press], float]:
+    """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken)."""
+    plan = [user for user in tokens for _ in range(presses)]
+    rng(seed, "plan").shuffle(plan)
+    url = f"{api_url}/voucher-order/seckill/{voucher_id}"
+    task = progress.add_task("firing presses", total=len(plan))
+    done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
+
+    def attempt(user_id: int) -> Press:
+        started = time.perf_counter()
+        try:
+            response = http.request("POST", url, headers={"authorization": tokens[user_id]})
+            elapsed = (time.perf_counter() - started) * 1000
+            payload = json.loads(response.data) if response.data else {}
+            order = payload.get("data") if response.status == 202 else None
+            code = payload.get("code") or payload.get("message")
+            return Press(user_id, response.status, code, order, elapsed)
+        except Exception as exc:
+            return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000)
+
+    def press(index: int) -> list[Press]:
+        """One press, as the app would make it: 503 TRY_AGAIN is retried after a short pause."""
+        user_id = plan[index]
+        attempts = [attempt(user_id)]
+        pauses = rng(seed, "pauses", index)
+        while attempts[-1].code == "TRY_AGAIN" and len(attempts) <= TRY_AGAIN_RETRIES:
+            time.sleep(pauses.uniform(0.1, 0.4))
+            attempts.append(attempt(user_id))
+        progress.advance(task)
+        on_press(next(done))
+        return attempts
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = [a for attempts in pool.map(press, range(len(plan))) for a in attempts]
+    return results, time.perf_counter() - started
+
+
+def promised(presses: list[Press]) -> set[tuple[int, int]]:
+    """(order id, user id) of every order a client was answered 202 with (a retry
+    that resumed its order is answered with the same id)."""
+    return {(int(p.order_id), p.user_id) for p in presses if p.status == 202 and p.order_id}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {"p50": values[0] if values else 0.0, "p95": 0.0, "p99": 0.0, "max": max(values, default=0.0)}
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": max(values)}

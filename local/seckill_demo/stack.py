@@ -1,0 +1,112 @@
+"""The local stand-in the main job runs on (``seckill-local``: moto SQS, the HTTP API,
+the feeder), each in a process of its own, and the services it needs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import urllib3
+from redis.exceptions import RedisError
+
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.db import Credentials
+from seckill_local.sqs import sqs_client
+
+START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
+START_MARIADB = (
+    "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd  (or: systemctl start mariadb)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalStack:
+    """The runner's three processes: moto SQS, the HTTP API and the queue feeder."""
+
+    def __init__(self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int) -> None:
+        self.workdir = workdir
+        self.sqs_port, self.api_port = free_port(), free_port()
+        self.sqs_endpoint = f"http://127.0.0.1:{self.sqs_port}"
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.containers = containers
+        self.visibility_timeout = visibility_timeout
+        env_vars["Parameters"]["AWS_ENDPOINT_URL_SQS"] = self.sqs_endpoint
+        self.env_file = workdir / "env.json"
+        self.env_file.write_text(json.dumps(env_vars, indent=2), encoding="utf-8")
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, name: str, *args: str) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        command = [sys.executable, "-m", "seckill_local.runner", *args, "--sqs-endpoint", self.sqs_endpoint]
+        # Our own runner with our own arguments; a session of its own so stop() reaches its workers.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
+        self.processes.append(process)
+
+    def start(self) -> None:
+        vt = ["--visibility-timeout", str(self.visibility_timeout)]
+        self._spawn("sqs", "start-sqs", "--port", str(self.sqs_port), *vt)
+        self._wait("moto SQS", lambda: bool(sqs_client(self.sqs_endpoint).get_queue_url(QueueName="OrderQueue")))
+        env = ["--env-vars", str(self.env_file)]
+        self._spawn("api", "start-api", "--port", str(self.api_port), "--containers", str(self.containers), *env)
+        self._spawn("feed", "feed", *env, *vt)
+        http = urllib3.PoolManager(retries=False, timeout=2)
+        self._wait("the local HTTP API", lambda: http.request("GET", f"{self.api_url}/voucher/list/1").status == 200)
+
+    def pause_feeder(self, paused: bool) -> None:
+        """Stop (or resume) the persister's event source mapping, as when its function is throttled."""
+        feeder = self.processes[2]
+        os.killpg(feeder.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    def _wait(self, what: str, ready: Callable[[], bool], timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"a runner process exited early; see the logs in {self.workdir}")
+            with contextlib.suppress(Exception):  # not up yet
+                if ready():
+                    return
+            time.sleep(0.3)
+        raise RuntimeError(f"{what} did not come up within {timeout:.0f} s; see the logs in {self.workdir}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def preflight(settings: Settings, creds: Credentials) -> str | None:
+    """None when Redis and MySQL answer; otherwise exactly what to start."""
+    try:
+        redis_client(settings).ping()
+    except RedisError as exc:
+        return f"Redis is not reachable at {settings.redis_url} ({exc}).\nStart it with:\n  {START_REDIS}"
+    try:
+        pymysql.connect(host=creds.host, port=creds.port, user=creds.user, password=creds.password, connect_timeout=3)
+    except pymysql.err.OperationalError as exc:
+        return (
+            f"MySQL/MariaDB is not reachable at {creds.host}:{creds.port} as {creds.user!r} ({exc.args[-1]}).\n"
+            f"Start it with:\n  {START_MARIADB}"
+        )
+    return None

@@ -1,0 +1,367 @@
+"""The build artifact (``sam build`` into .aws-sam/build), as Lambda would run it.
+
+``make test`` builds first; run alone, these tests build the artifact
+themselves when it is missing or older than any of its sources, and fail
+(never skip) when they cannot. The
+layer must carry the ``seckill`` package and the Lua scripts byte for byte, and
+every handler must import from the artifact alone (its code, the layer, the
+runtime's boto3) and answer an event against the suite's Redis, MySQL and SQS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from seckill import keys
+from seckill.db import Credentials, connect
+from seckill.tokens import mint_tokens, user_for_token
+from seckill_local.template import ROOT, Template
+from tests.helpers import body, closed_port, db_rows, load_event, new_user
+
+ARTIFACT = ROOT / ".aws-sam" / "build"
+SAM = ROOT / ".venv-sam" / "bin" / "sam"
+INVOKER = Path(__file__).with_name("artifact_invoke.py")
+# What the Python runtime brings itself (/var/runtime): the layer leaves them out.
+RUNTIME_SDK = ("boto3", "botocore", "s3transfer", "jmespath", "urllib3", "dateutil", "six.py")
+# Every function of the artifact has a test below that invokes it.
+INVOKED = {
+    "AuthorizerFunction",
+    "SeckillApiFunction",
+    "OrderPersisterFunction",
+    "MigratorFunction",
+    "TokenMinterFunction",
+    "ReconcilerFunction",
+}
+
+
+# What the artifact is built from: a change to any of them makes it stale.
+SOURCES = ("template.yaml", "functions", "layers", "lua")
+
+
+def newest_source() -> float:
+    paths = [ROOT / name for name in SOURCES]
+    files = [p for path in paths for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()]
+    return max(p.stat().st_mtime for p in files if "__pycache__" not in p.parts)
+
+
+@pytest.fixture(scope="session")
+def built(template: Template) -> Template:
+    """The built template; built here when missing or stale."""
+    built_template = ARTIFACT / "template.yaml"
+    if not built_template.is_file() or built_template.stat().st_mtime < newest_source():
+        if not SAM.is_file():
+            pytest.fail("no current build artifact and no SAM CLI: run `make build` (it installs .venv-sam)")
+        env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
+        subprocess.run([str(SAM), "build", "--region", "us-east-1"], cwd=ROOT, env=env, check=True, timeout=900)  # noqa: S603
+    artifact = Template.load(built_template)
+    missing = set(template.functions) - set(artifact.functions)
+    assert not missing, f"the artifact predates {sorted(missing)}: run `make build`"
+    return artifact
+
+
+@pytest.fixture(scope="session")
+def layer_dir(built: Template) -> Path:
+    """The layer's content as Lambda mounts it under /opt."""
+    content = built.resource("SeckillLayer")["Properties"]["ContentUri"]
+    path = ARTIFACT / content
+    assert path.is_dir(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def runtime_python() -> str:
+    """An interpreter of the template's runtime version (the layer's compiled wheels and
+    bytecode are for it), found as layers/Makefile finds the one that builds them."""
+    found = subprocess.run(  # noqa: S603
+        ["make", "-s", "-C", str(ROOT / "layers"), "runtime-python"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        pytest.fail(f"no interpreter of the Lambda runtime's Python version: {found.stderr.strip()}")
+    return found.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for /var/runtime: links to this environment's boto3 and its dependencies."""
+    site = Path(boto3.__file__).resolve().parents[1]
+    folder = tmp_path_factory.mktemp("var-runtime")
+    for name in RUNTIME_SDK:
+        (folder / name).symlink_to(site / name)
+    return folder
+
+
+# --- what the artifact holds ------------------------------------------------------------------
+
+
+def test_every_function_is_built_with_its_source_and_the_layer(built: Template, template: Template) -> None:
+    assert set(built.functions) == set(template.functions)
+    for logical_id, fn in built.functions.items():
+        source = template.functions[logical_id].code_uri
+        assert fn.code_uri.is_relative_to(ARTIFACT), logical_id
+        for path in source.glob("*.py"):
+            assert (fn.code_uri / path.name).read_bytes() == path.read_bytes(), f"{logical_id}: stale {path.name}"
+    assert built.data["Globals"]["Function"]["Layers"] == [{"Ref": "SeckillLayer"}]
+
+
+def test_layer_carries_the_seckill_package(layer_dir: Path) -> None:
+    package = ROOT / "layers" / "seckill"
+    built_package = layer_dir / "python" / "seckill"
+    sources = [*package.glob("*.py"), package / "schema.sql"]
+    assert len(sources) > 10
+    for path in sources:
+        built_file = built_package / path.name
+        assert built_file.is_file(), f"{path.name} is not in the layer"
+        assert built_file.read_bytes() == path.read_bytes(), f"{path.name}: the layer is stale, run `make build`"
+
+
+def test_layer_carries_the_lua_scripts_byte_for_byte(layer_dir: Path) -> None:
+    sources = {path.name: path.read_bytes() for path in (ROOT / "lua").glob("*.lua")}
+    built_scripts = {path.name: path.read_bytes() for path in (layer_dir / "python" / "seckill" / "lua").glob("*.lua")}
+    assert {"gate.lua", "attach.lua", "release.lua", "settle.lua"} <= set(sources)
+    assert built_scripts == sources
+
+
+def test_layer_leaves_the_sdk_to_the_runtime(layer_dir: Path) -> None:
+    python = layer_dir / "python"
+    for name in RUNTIME_SDK:
+        assert not (python / name).exists(), f"the layer would shadow the runtime's {name}"
+    # What the layer must bring itself.
+    for name in ("aws_lambda_powertools", "aws_xray_sdk", "redis", "hiredis", "pymysql", "pydantic", "pydantic_core"):
+        assert (python / name).is_dir(), name
+
+
+# --- each handler, from the artifact alone ----------------------------------------------------
+
+
+Invoke = Callable[..., list[Any]]
+
+
+@pytest.fixture
+def invoke(
+    built: Template,
+    layer_dir: Path,
+    runtime_dir: Path,
+    runtime_python: str,
+    tmp_path: Path,
+    session_queues: dict[str, str],
+) -> Invoke:
+    """Runs the built function on events in a fresh interpreter; returns its answers."""
+
+    def run(logical_id: str, events: list[dict[str, Any]], *, timeout: float | None = None, **env: str) -> list[Any]:
+        fn = built.functions[logical_id]
+        output = tmp_path / f"{logical_id}.out.json"
+        plan = {
+            "function_dir": str(fn.code_uri),
+            "layer_dir": str(layer_dir / "python"),
+            "runtime_dir": str(runtime_dir),
+            "handler": fn.handler,
+            "function_name": logical_id,
+            "timeout": timeout or fn.timeout,
+            "events": events,
+            "output": str(output),
+        }
+        plan_file = tmp_path / f"{logical_id}.plan.json"
+        plan_file.write_text(json.dumps(plan), encoding="utf-8")
+        environment = {
+            **os.environ,
+            "ORDER_QUEUE_URL": session_queues["OrderQueue"],
+            "ORDER_DLQ_URL": session_queues["OrderDeadLetterQueue"],
+            "AWS_LAMBDA_FUNCTION_NAME": logical_id,
+            **env,
+        }
+        command = [runtime_python, "-I", "-S", "-B", str(INVOKER), str(plan_file)]
+        done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=180, check=False)  # noqa: S603
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        report = json.loads(output.read_text(encoding="utf-8"))
+        assert report["python"] == built.data["Globals"]["Function"]["Runtime"]
+        # Imported from the artifact, not from this checkout or the test environment.
+        modules = report["modules"]
+        assert {"seckill", "aws_lambda_powertools"} <= set(modules)
+        for name in ("seckill", "redis", "pymysql", "pydantic", "aws_lambda_powertools"):
+            if name in modules:
+                assert Path(modules[name]).is_relative_to(layer_dir), f"{name} from {modules[name]}"
+        if "boto3" in modules:
+            assert Path(modules["boto3"]).is_relative_to(runtime_dir)
+        assert Path(report["lua_dir"]) == layer_dir / "python" / "seckill" / "lua"
+        results: list[Any] = report["results"]
+        return results
+
+    return run
+
+
+def test_all_built_functions_are_invoked_here(built: Template) -> None:
+    assert set(built.functions) == INVOKED, "add a test invoking the new function from the artifact"
+
+
+def test_authorizer_from_the_artifact(invoke: Invoke, redis: Any) -> None:
+    user = new_user()
+    token = mint_tokens(redis, [user], 60)[user]
+    try:
+        good = load_event("authorizer.json")
+        good["headers"]["authorization"] = f"Bearer {token}"
+        unknown = load_event("authorizer.json")
+        unknown["headers"]["authorization"] = "Bearer " + secrets.token_hex(16)
+        allowed, denied = invoke("AuthorizerFunction", [good, unknown])
+    finally:
+        redis.delete(keys.login_token(token))
+    assert allowed == {"isAuthorized": True, "context": {"userId": str(user)}}
+    assert denied == {"isAuthorized": False}
+
+
+def test_api_and_persister_from_the_artifact(
+    invoke: Invoke, make_voucher: Callable[..., int], order_queue: str, sqs: Any, db: Any
+) -> None:
+    voucher_id, user = make_voucher(stock=1, shop_id=7), new_user()
+    seckill = load_event("seckill_api_seckill.json", pathParameters={"voucherId": str(voucher_id)})
+    seckill["rawPath"] = seckill["requestContext"]["http"]["path"] = f"/voucher-order/seckill/{voucher_id}"
+    seckill["requestContext"]["authorizer"] = {"lambda": {"userId": str(user)}}
+    listing = load_event("seckill_api_list_vouchers.json", pathParameters={"shopId": "7"})
+    listing["rawPath"] = listing["requestContext"]["http"]["path"] = "/voucher/list/7"
+    stop = load_event("seckill_api_stop_voucher.json", pathParameters={"voucherId": str(voucher_id)})
+    stop["rawPath"] = stop["requestContext"]["http"]["path"] = f"/voucher/seckill/{voucher_id}/stop"
+    accepted, listed, stopped, unknown = invoke(
+        "SeckillApiFunction", [seckill, listing, stop, load_event("seckill_api_stop_voucher.json")]
+    )
+    assert accepted["statusCode"] == 202, accepted
+    order_id = body(accepted)["data"]
+    assert accepted["headers"]["Location"] == f"/voucher-order/{order_id}"
+    assert listed["statusCode"] == 200, listed
+    assert voucher_id in [v["id"] for v in body(listed)["data"]]
+    assert stopped["statusCode"] == 200, stopped
+    assert unknown["statusCode"] == 404, unknown  # the sample's voucher 1 is no seckill voucher here
+
+    # The message the API queued, delivered to the built persister with a malformed one.
+    (message,) = sqs.receive_message(QueueUrl=order_queue, WaitTimeSeconds=2)["Messages"]
+    assert json.loads(message["Body"])["orderId"] == order_id
+    batch = load_event("order_persister_batch.json")
+    good, bad = batch["Records"]
+    good.update(messageId=message["MessageId"], body=message["Body"])
+    bad.update(body="not json")
+    (answer,) = invoke("OrderPersisterFunction", [batch])
+    assert answer == {"batchItemFailures": [{"itemIdentifier": bad["messageId"]}]}
+    (row,) = db_rows(db, "SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = %s", int(order_id))
+    assert (row["user_id"], row["voucher_id"]) == (user, voucher_id)
+
+
+def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
+    user = new_user()
+    minted, refused = invoke("TokenMinterFunction", [{"userIds": [user], "ttlSeconds": 60}, {"userIds": []}])
+    token = minted["tokens"][str(user)]
+    try:
+        assert user_for_token(redis, token) == user
+        assert 0 < redis.ttl(keys.login_token(token)) <= 60
+    finally:
+        redis.delete(keys.login_token(token))
+    assert "userIds" in refused["error"]
+
+
+def test_reconciler_from_the_artifact(invoke: Invoke, make_voucher: Callable[..., int], gate: Any, redis: Any) -> None:
+    """On schedule (2 minutes) it leaves a minute-old reservation alone; asked with 30 s it releases it."""
+    voucher_id, user = make_voucher(stock=2), new_user()
+    reservation = gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no order id
+    redis.hset(keys.pending(voucher_id), str(user), f"{reservation.accepted_ms - 60_000}:{reservation.token}")
+    scheduled, on_demand = invoke(
+        "ReconcilerFunction", [load_event("reconciler_scheduled.json"), {"pendingAgeSeconds": 30}]
+    )
+    ours = [v for v in scheduled["vouchers"] if v["voucher_id"] == voucher_id]
+    assert ours
+    assert ours[0]["released"] == []
+    (ours,) = [v for v in on_demand["vouchers"] if v["voucher_id"] == voucher_id]
+    assert ours["released"] == [user]
+    assert redis.get(keys.stock(voucher_id)) == "2"
+    assert not redis.sismember(keys.buyers(voucher_id), user)
+
+
+class Replies:
+    """CloudFormation's side of a custom resource: a server taking the PUT replies."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        replies = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:
+                length = int(self.headers["Content-Length"])
+                replies.received.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/reply"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def replies() -> Iterator[Replies]:
+    server = Replies()
+    yield server
+    server.close()
+
+
+def custom_resource_event(name: str, url: str) -> dict[str, Any]:
+    event = load_event(name)
+    event["ResponseURL"] = url
+    return event
+
+
+def test_migrator_from_the_artifact_answers_cloudformation(
+    invoke: Invoke, replies: Replies, creds: Credentials
+) -> None:
+    database = f"seckill_artifact_{secrets.token_hex(4)}"
+    create = custom_resource_event("migrator_create.json", replies.url)
+    delete = custom_resource_event("migrator_delete.json", replies.url)
+    try:
+        created, deleted = invoke("MigratorFunction", [create, delete], DB_NAME=database)
+        conn = connect(Credentials(creds.host, creds.port, creds.user, creds.password, database))
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW TABLES")
+            tables = {next(iter(row.values())) for row in cursor.fetchall()}
+        conn.close()
+    finally:
+        conn = connect(creds, database=False)
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+        conn.close()
+    assert {"tb_voucher", "tb_seckill_voucher", "tb_voucher_order"} <= tables
+    assert created["Status"] == deleted["Status"] == "SUCCESS"
+    first, second = replies.received
+    assert first["Status"] == "SUCCESS"
+    assert first["PhysicalResourceId"] == f"seckill-schema-{database}"
+    assert (first["StackId"], first["RequestId"], first["LogicalResourceId"]) == (
+        create["StackId"],
+        create["RequestId"],
+        "Schema",
+    )
+    assert second["Status"] == "SUCCESS"
+    assert second["PhysicalResourceId"] == delete["PhysicalResourceId"]
+
+
+def test_migrator_reports_a_failure_instead_of_hanging(invoke: Invoke, replies: Replies, creds: Credentials) -> None:
+    create = custom_resource_event("migrator_create.json", replies.url)
+    # A short deadline: the first failure is past it, so no retries.
+    (answer,) = invoke("MigratorFunction", [create], timeout=16, DB_PORT=str(closed_port()))
+    assert answer["Status"] == "FAILED"
+    (reply,) = replies.received
+    assert reply["Status"] == "FAILED"
+    assert "OperationalError" in reply["Reason"]

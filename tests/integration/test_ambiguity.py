@@ -1,0 +1,346 @@
+"""Promises that hold when a reply is lost.
+
+Each test puts a ``LossyProxy`` between the service and a real server (the moto
+SQS server, Redis): the request reaches the server, which does the work, and
+the answer never comes back. The service must then know which outcomes remain
+possible and keep its promises in each: a 202 ends CONFIRMED or FAILED and
+never lost; a 503 leaves no order nobody holds an id for; a user's retry after
+a 503 succeeds at once; no more 202s than stock.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from seckill import keys
+from seckill.clients import redis_client, sqs_client
+from seckill.config import Settings
+from seckill.db import Database
+from seckill.errors import SeckillError
+from seckill.gate import TAKEN_OVER, Gate, Mark
+from seckill.messages import OrderMessage, OrderQueue, Sent
+from seckill.orders import place_order
+from seckill.persistence import persist_order
+from seckill.scripts import Scripts
+from seckill_demo.proxy import FOREVER, LossyProxy
+from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
+
+TTL = 600
+
+
+@pytest.fixture
+def sqs_proxy(sqs_endpoint: str) -> Iterator[LossyProxy]:
+    host, port = sqs_endpoint.removeprefix("http://").split(":")
+    with LossyProxy(host, int(port)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def lossy_sqs(sqs_proxy: LossyProxy, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The service's own SQS client (its timeouts and retries), reaching moto through the proxy."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", f"http://{sqs_proxy.url_host}")
+    return sqs_client()
+
+
+@pytest.fixture
+def redis_proxy(settings: Settings) -> Iterator[LossyProxy]:
+    host, port = settings.redis_url.removeprefix("redis://").split("/")[0].split(":")
+    with LossyProxy(host, int(port)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def lossy_redis(redis_proxy: LossyProxy) -> Any:
+    """The service's own Redis client (timeouts, retries) reaching Redis through the proxy."""
+    return redis_client(Settings.from_env({"REDIS_URL": f"redis://{redis_proxy.url_host}/0"}))
+
+
+@pytest.fixture
+def lossy_gate(lossy_redis: Any) -> Gate:
+    return Gate(lossy_redis, Scripts.register(lossy_redis), refusal_cache_seconds=0)
+
+
+def persist_all(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> list[tuple[int, str]]:
+    """What the persister does with everything on the queue: (order id, status) per message."""
+    decided = []
+    for m in drain(sqs, url):
+        message = OrderMessage.from_json(m["Body"])
+        decided.append((message.order_id, persist_order(db, redis, gate, message).status))
+    return decided
+
+
+def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[str, int]:
+    (row,) = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    return redis.get(keys.stock(voucher_id)), int(row["stock"])
+
+
+def confirmed(db: Database, voucher_id: int) -> list[dict[str, Any]]:
+    return db_rows(db, "SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id)
+
+
+# --- 1. SQS stored the message but its reply was lost ------------------------------------------
+
+
+def test_a_send_whose_reply_is_lost_is_in_doubt_not_refused(
+    sqs: Any, lossy_sqs: Any, sqs_proxy: LossyProxy, queues: dict[str, str]
+) -> None:
+    url = queues["OrderQueue"]
+    queue = OrderQueue(lossy_sqs, url)
+    message = OrderMessage(123, 7, 8, datetime.now(UTC))
+    sqs_proxy.drop_replies = FOREVER
+    assert queue.send(message) is Sent.IN_DOUBT
+    assert sqs_proxy.dropped >= 2, "botocore retried the send"
+    stored = drain(sqs, url)
+    assert stored, "SQS stored it although no answer came back"
+    assert {m["Body"] for m in stored} == {message.to_json()}
+
+    sqs_proxy.drop_replies = 0
+    assert queue.send(message) is Sent.SENT
+
+
+def test_a_send_that_never_reached_sqs_is_refused(queues: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", f"http://127.0.0.1:{closed_port()}")
+    queue = OrderQueue(sqs_client(), queues["OrderQueue"])
+    message = OrderMessage(123, 7, 8, datetime.now(UTC))
+    assert queue.send(message) is Sent.REFUSED
+
+
+def test_sqs_stored_the_order_but_its_reply_was_lost_so_the_press_is_202_and_confirmed_once(
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    lossy_sqs: Any,
+    sqs_proxy: LossyProxy,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """Before: the reservation was released and the press answered 503, while the
+    message (several copies) was on the queue: the order was confirmed for a user
+    told it failed, and the next buyer's 202 ended FAILED SOLD_OUT."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer, late = make_voucher(stock=1), new_user(), new_user()
+    sqs_proxy.drop_replies = FOREVER
+    order_id = place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    sqs_proxy.drop_replies = 0
+
+    mark = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert mark is not None
+    assert (mark.order_id, mark.promised) == (order_id, True)
+    with pytest.raises(SeckillError) as refused:
+        place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, late, status_ttl=TTL)
+    assert refused.value.code == "SOLD_OUT"
+    decided = persist_all(sqs, url, db, redis, gate)
+    assert len(decided) > 1, "botocore's retries stored several copies"
+    assert set(decided) == {(order_id, "CONFIRMED")}
+    assert confirmed(db, voucher_id) == [{"id": order_id, "user_id": buyer}]
+    assert stocks(db, redis, voucher_id) == ("0", 0)
+    assert not redis.hexists(keys.pending(voucher_id), str(buyer))
+
+
+def test_a_promised_order_whose_send_was_in_doubt_and_never_arrived_is_requeued(
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    lossy_sqs: Any,
+    sqs_proxy: LossyProxy,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """The same 202, where the stored copies were lost after all (here: taken off the
+    queue): reconciliation re-queues the promised order, which is then confirmed."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    sqs_proxy.drop_replies = FOREVER
+    order_id = place_order(gate, redis, OrderQueue(lossy_sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    sqs_proxy.drop_replies = 0
+    drain(sqs, url)
+
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id, drained=True)
+    assert result.requeued == [str(order_id)]
+    assert persist_all(sqs, url, db, redis, gate) == [(order_id, "CONFIRMED")]
+    assert stocks(db, redis, voucher_id) == ("1", 1)
+
+
+# --- 2. SQS refuses and the release fails too --------------------------------------------------
+
+
+@pytest.fixture
+def refused_send_then_redis_gone(
+    redis_proxy: LossyProxy, monkeypatch: pytest.MonkeyPatch, queues: dict[str, str]
+) -> OrderQueue:
+    """A queue whose every send is refused (nothing listens), and whose refusal comes
+    exactly when Redis stops answering, so the release that follows fails."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", f"http://127.0.0.1:{closed_port()}")
+    client = sqs_client()
+
+    def redis_goes(**_: Any) -> None:
+        redis_proxy.go_down()
+
+    client.meta.events.register("before-send.sqs.SendMessage", redis_goes)
+    return OrderQueue(client, queues["OrderQueue"])
+
+
+def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_same_order(
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    sqs: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    refused_send_then_redis_gone: OrderQueue,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """Before: the 503'd reservation kept its order id, the user's retry got
+    DUPLICATE_ORDER, and reconciliation later re-queued and confirmed an order whose
+    id the user never received."""
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    with pytest.raises(SeckillError) as first:
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+    assert (first.value.status, first.value.code) == (503, "TRY_AGAIN")
+    redis_proxy.come_back()
+    stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert stranded is not None
+    assert stranded.order_id is not None
+    assert not stranded.promised
+
+    url = queues["OrderQueue"]
+    order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert order_id == stranded.order_id, "the retry is answered with the order the 503 left behind"
+    assert persist_all(sqs, url, db, lossy_redis, lossy_gate) == [(order_id, "CONFIRMED")]
+    assert stocks(db, redis, voucher_id) == ("1", 1)
+
+
+def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
+    lossy_redis: Any,
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    refused_send_then_redis_gone: OrderQueue,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    with pytest.raises(SeckillError):
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+    redis_proxy.come_back()
+    stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert stranded is not None
+    assert stranded.order_id is not None
+
+    url = queues["OrderQueue"]
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id)
+    assert (result.failed, result.requeued) == ([str(stranded.order_id)], [])
+    assert drain(sqs, url) == []
+    assert confirmed(db, voucher_id) == []
+    assert stocks(db, redis, voucher_id) == ("2", 2)
+    assert not redis.sismember(keys.buyers(voucher_id), buyer)
+
+
+# --- 3. The gate ran but its reply was lost ----------------------------------------------------
+
+
+def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    sqs: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """Before: the retry was refused DUPLICATE_ORDER for the pending age plus a
+    reconcile period, while the user held no order."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    redis_proxy.only_after, redis_proxy.drop_replies = b"EVALSHA", FOREVER
+    with pytest.raises(SeckillError) as lost:
+        place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert (lost.value.status, lost.value.code) == (503, "TRY_AGAIN")
+    redis_proxy.drop_replies = 0
+    assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
+
+    order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert redis.get(keys.stock(voucher_id)) == "1", "the retry took the held unit over, not a second one"
+    assert persist_all(sqs, url, db, lossy_redis, lossy_gate) == [(order_id, "CONFIRMED")]
+    assert stocks(db, redis, voucher_id) == ("1", 1)
+
+
+def test_an_unreachable_gate_is_503_and_nothing_is_held(
+    db: Database, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    client = redis_client(Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"}))
+    unreachable = Gate(client, Scripts.register(client))
+    voucher_id = make_voucher(stock=2)
+    with pytest.raises(SeckillError) as error:
+        place_order(
+            unreachable, client, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=TTL
+        )
+    assert error.value.code == "TRY_AGAIN"
+    assert isinstance(error.value.__cause__, RedisConnectionError)
+    assert redis.get(keys.stock(voucher_id)) == "2"
+
+
+def test_a_concurrent_second_press_of_the_same_user_never_gets_a_second_unit(
+    db: Database, gate: Gate, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    """A press that takes over a live request's reservation leaves that request
+    unable to attach: it answers DUPLICATE_ORDER, and one order is made."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=3), new_user()
+    slow = gate.reserve(voucher_id, buyer, uuid.uuid4().hex)  # a press still running
+    order_id = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert gate.attach(slow, order_id + 1) == TAKEN_OVER  # the slow press answers 409
+    assert persist_all(sqs, url, db, redis, gate) == [(order_id, "CONFIRMED")]
+    assert stocks(db, redis, voucher_id) == ("2", 2)
+
+
+def test_a_send_botocore_never_made_is_refused(
+    sqs_endpoint: str, queues: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No credentials: botocore raises before any request leaves, so nothing can be stored."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = boto3.session.Session().client("sqs", endpoint_url=sqs_endpoint, region_name="us-east-1")
+    queue = OrderQueue(client, queues["OrderQueue"])
+    assert queue.send(OrderMessage(123, 7, 8, datetime.now(UTC))) is Sent.REFUSED
+
+
+def test_a_client_shared_with_an_order_queue_still_sends_on_its_own(sqs: Any, queues: dict[str, str]) -> None:
+    """The attempt watcher hooks the client itself: a send made without OrderQueue, from
+    a thread that never used it, must go through untouched (it once raised after SQS
+    had stored the message, twice)."""
+    url = queues["OrderQueue"]
+    assert OrderQueue(sqs, url).send(OrderMessage(123, 7, 8, datetime.now(UTC))) is Sent.SENT
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sqs.send_message(QueueUrl=url, MessageBody="direct")
+        except Exception as exc:  # what the test looks for
+            errors.append(exc)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    thread.join()
+    assert errors == []
+    bodies = [m["Body"] for m in drain(sqs, url)]
+    assert len(bodies) == 2
+    assert "direct" in bodies

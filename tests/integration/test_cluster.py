@@ -1,0 +1,150 @@
+"""The gate on Redis Cluster: with ``REDIS_CLUSTER=true`` the same scripts run
+unchanged, because every key of a voucher carries its ``{voucherId}`` hash tag.
+
+A three-node cluster of the suite's own is started on free ports (redis-server
+and redis-cli, as installed with Redis) and removed at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
+
+from seckill import keys
+from seckill.clients import redis_client
+from seckill.config import Settings
+from seckill.errors import SeckillError
+from seckill.gate import Gate
+from seckill.ids import next_order_id
+from seckill.scripts import Scripts
+from seckill.vouchers import preload
+from tests.helpers import closed_port, new_user
+
+NODES = 3
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    assert shutil.which("redis-server"), "Redis must be installed"
+    assert shutil.which("redis-cli"), "Redis must be installed"
+    workdir = tmp_path_factory.mktemp("cluster")
+    ports = cluster_ports()
+    processes = []
+    for port in ports:
+        node = workdir / str(port)
+        node.mkdir()
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes"]
+        command += ["--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no", "--dir", str(node)]
+        processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # noqa: S603
+    try:
+        for port in ports:
+            wait_for(lambda port=port: ping(port))
+        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports), "--cluster-yes"]
+        subprocess.run(create, check=True, capture_output=True, timeout=60)  # noqa: S603
+        wait_for(lambda: "cluster_state:ok" in info(ports[0]))
+        yield f"redis://127.0.0.1:{ports[0]}/0"
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def cluster_ports() -> list[int]:
+    """Free ports whose cluster-bus twins (port + 10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < NODES:
+        port = random.randint(20000, 29999)
+        if port not in ports and all(free(p) for p in (port, port + 10000)):
+            ports.append(port)
+    return ports
+
+
+def free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cli(port: int, *args: str) -> str:
+    done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, check=False)  # noqa: S603, S607
+    return done.stdout
+
+
+def ping(port: int) -> bool:
+    return cli(port, "ping").strip() == "PONG"
+
+
+def info(port: int) -> str:
+    return cli(port, "cluster", "info")
+
+
+def wait_for(ready: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the Redis cluster did not come up")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_url: str) -> Any:
+    settings = Settings.from_env({"REDIS_URL": cluster_url, "REDIS_CLUSTER": "true"})
+    client = redis_client(settings)
+    client.set(keys.loaded(), 1)
+    return client
+
+
+def test_redis_cluster_flag_switches_to_the_cluster_client(cluster: Any) -> None:
+    assert isinstance(cluster, RedisCluster)
+    assert len(cluster.get_nodes()) == NODES
+
+
+def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> None:
+    scripts = Scripts.register(cluster)
+    gate = Gate(cluster, scripts, refusal_cache_seconds=0)
+    # Vouchers land in different slots (and so on different nodes), each voucher in one.
+    voucher_ids = [new_user() for _ in range(6)]
+    slots = {cluster.keyslot(keys.stock(v)) for v in voucher_ids}
+    assert len(slots) > 1
+    now = datetime.now(UTC)
+    for voucher_id in voucher_ids:
+        preload(cluster, voucher_id, 2, now - timedelta(minutes=1), now + timedelta(hours=1))
+        assert {cluster.keyslot(k(voucher_id)) for k in (keys.stock, keys.buyers, keys.window, keys.pending)} == {
+            cluster.keyslot(keys.stock(voucher_id))
+        }
+        first, second, late = new_user(), new_user(), new_user()
+        reservation = gate.reserve(voucher_id, first, uuid.uuid4().hex)
+        order_id = next_order_id(cluster)  # icr:order:* lives in a slot of its own
+        assert gate.attach(reservation, order_id) == 1
+        assert gate.promise(voucher_id, first, order_id)
+        gate.reserve(voucher_id, second, uuid.uuid4().hex)
+        with pytest.raises(SeckillError) as sold_out:
+            gate.reserve(voucher_id, late, uuid.uuid4().hex)
+        assert sold_out.value.code == "SOLD_OUT"
+        with pytest.raises(SeckillError) as duplicate:
+            gate.reserve(voucher_id, first, uuid.uuid4().hex)
+        assert duplicate.value.code == "SOLD_OUT"  # stock is checked before the buyers set
+        assert gate.settle(voucher_id, first, order_id)
+        assert gate.release(reservation) is False  # settled: nothing of that request left to release
+        assert cluster.get(keys.stock(voucher_id)) == "0"
+        assert cluster.smembers(keys.buyers(voucher_id)) == {str(first), str(second)}
+
+
+def test_an_unreachable_cluster_is_a_clear_error() -> None:
+    settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0", "REDIS_CLUSTER": "true"})
+    with pytest.raises((RedisError, RedisClusterException)):
+        redis_client(settings).ping()

@@ -1,0 +1,466 @@
+"""One test per defect of the original design (docs/defects.md, D1-D8) and per
+persister outcome (docs/contract.md).
+
+Each docstring names the defect or the outcome; each body runs the real path: Lua
+on a real Redis, MariaDB, the Lambda handlers, and the queues' own redrive on a
+moto SQS server.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from seckill import keys
+from seckill.db import Credentials, Database
+from seckill.errors import Conflict, NotFound
+from seckill.gate import SOLD_OUT, Gate
+from seckill.ids import next_order_id
+from seckill.messages import OrderMessage, OrderQueue, queue_depth
+from seckill.orders import order_status
+from seckill.scripts import Scripts, lua_dir, read_script
+from seckill_local.feeder import sqs_event
+from tests.helpers import accept, body, db_rows, drain, load_event, new_user, reconcile_voucher
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+Api = Callable[[dict[str, Any]], dict[str, Any]]
+Poll = Callable[[str], tuple[list[str], list[str]]]
+MALFORMED = '{"orderId": 42, "userId": "x"}'
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def send(sqs: Any, url: str, *bodies: str) -> None:
+    for text in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=text)
+
+
+def db_stock(db: Database, voucher_id: int) -> int:
+    (row,) = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    return int(row["stock"])
+
+
+def order_ids(db: Database, voucher_id: int) -> set[int]:
+    return {int(r["id"]) for r in db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id)}
+
+
+def with_route(name: str, path: str, user_id: int, **params: str) -> dict[str, Any]:
+    event = load_event(name, rawPath=path, pathParameters=params)
+    event["requestContext"]["http"]["path"] = path
+    event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
+    return event
+
+
+def seckill_event(voucher_id: int, user_id: int) -> dict[str, Any]:
+    path = f"/voucher-order/seckill/{voucher_id}"
+    return with_route("seckill_api_seckill.json", path, user_id, voucherId=str(voucher_id))
+
+
+def status_event(order_id: str, user_id: int) -> dict[str, Any]:
+    return with_route("seckill_api_order_status.json", f"/voucher-order/{order_id}", user_id, orderId=order_id)
+
+
+@pytest.fixture
+def api(handlers: dict[str, Handler], context: Any) -> Api:
+    return lambda event: handlers["SeckillApiFunction"](json.loads(json.dumps(event)), context)
+
+
+@pytest.fixture
+def poll(sqs: Any, handlers: dict[str, Handler], context: Any) -> Poll:
+    """One poll of the event source mapping: receive a batch, invoke the persister, delete what
+    succeeded. Failed records are made visible again at once (the visibility timeout running out).
+    Returns the bodies (succeeded, failed)."""
+
+    def poll(url: str) -> tuple[list[str], list[str]]:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not messages:
+            return [], []
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        response = handlers["OrderPersisterFunction"](sqs_event(messages, arn), context)
+        failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+        done, retried = [], []
+        for m in messages:
+            if m["MessageId"] in failed:
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+                retried.append(m["Body"])
+            else:
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                done.append(m["Body"])
+        return done, retried
+
+    return poll
+
+
+@pytest.fixture
+def queue_url(queues: dict[str, str]) -> str:
+    """A fresh OrderQueue of this test's own (redrive to its own DLQ, 1 s visibility timeout)."""
+    return queues["OrderQueue"]
+
+
+@pytest.fixture
+def status_hints(redis: Any) -> Iterator[list[str]]:
+    """Order ids the API accepted in this test; their status hints are removed afterwards."""
+    made: list[str] = []
+    yield made
+    for order_id in made:
+        redis.delete(keys.order_status(int(order_id)))
+
+
+# --- the original design's defects -----------------------------------------------------------------
+
+
+def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any, make_voucher: Callable) -> None:
+    """D1: the original gate script could not run (a string compared with a number, a
+    misspelled command).
+
+    Every script of lua/ is EVAL'd from its source on a real Redis with valid keys, and answers."""
+    voucher_id = make_voucher(stock=2)
+    stock, buyers, window, pending = (f(voucher_id) for f in (keys.stock, keys.buyers, keys.window, keys.pending))
+    all_keys = [stock, buyers, window, pending]
+    ran: set[str] = set()
+
+    def run(name: str, script_keys: list[str], *args: Any) -> Any:
+        ran.add(name)
+        return redis.eval(read_script(name), len(script_keys), *script_keys, *args)
+
+    user, token, order_id = new_user(), uuid.uuid4().hex, next_order_id(redis)
+    code, now_ms, _ = run("gate", all_keys, user, token)
+    assert code == 0
+    assert now_ms > 0
+    assert redis.get(stock) == "1"  # deducted: no `incyby`
+    assert run("attach", [pending], user, token, order_id) == 1
+    assert run("promise", [pending], user, order_id) == 1
+    assert run("settle", [pending], user, order_id) == 1
+    other, other_token = new_user(), uuid.uuid4().hex
+    assert run("gate", all_keys, other, other_token)[0] == 0
+    assert run("gate", all_keys, new_user(), uuid.uuid4().hex)[0] == SOLD_OUT  # a numeric `stock <= 0`
+    assert run("release", [stock, buyers, pending], other, other_token) == 1
+    assert redis.get(stock) == "1"
+    begin, end = redis.hmget(window, "begin", "end")
+    # MySQL holds user's order (stock 1): {written 0, Redis stock 1, expected 1, buyers +0, -0}.
+    check = run("restore", all_keys, "check", 1, begin, end, json.dumps([user]), json.dumps([order_id]), "[]")
+    assert check == [0, 1, 1, 0, 0]
+    counter = f"icr:order:test:{uuid.uuid4().hex}"  # not today's real counter
+    try:
+        assert run("counter_floor", [counter], 7) == 7
+        assert run("counter_floor", [counter], 3) == 7  # never lowered
+    finally:
+        redis.delete(counter)
+    assert ran == {path.stem for path in lua_dir().glob("*.lua")}
+
+
+@pytest.mark.parametrize("missing", [keys.stock, keys.window, None], ids=["stock key", "window key", "whole voucher"])
+def test_defect_missing_stock_key_is_voucher_not_found_not_a_lua_error(
+    gate: Gate, redis: Any, make_voucher: Callable, missing: Callable[[int], str] | None
+) -> None:
+    """D2: a missing stock key made the original script fail on nil."""
+    if missing is None:
+        voucher_id = random.randint(10**15, 10**16)  # never created
+    else:
+        voucher_id = make_voucher(stock=3)
+        redis.delete(missing(voucher_id))
+
+    with pytest.raises(NotFound) as refused:
+        gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
+
+    assert refused.value.code == "VOUCHER_NOT_FOUND"
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+
+
+@pytest.mark.parametrize(
+    ("begin_s", "end_s", "code"), [(60, 3600, "NOT_STARTED"), (-3600, -60, "ENDED")], ids=["before", "after"]
+)
+def test_defect_lost_time_window_is_decided_in_the_script_by_the_redis_clock(
+    gate: Gate, redis: Any, make_voucher: Callable, begin_s: int, end_s: int, code: str
+) -> None:
+    """D3: the original optimized path never checked the sale window, so a voucher could be
+    bought before the sale began or after it ended.
+
+    MySQL and this process's clock say the sale is open; only the window the script reads,
+    set by the Redis server's clock, says otherwise, and the script refuses."""
+    voucher_id = make_voucher(stock=3)
+    seconds, _ = redis.time()
+    redis.hset(keys.window(voucher_id), mapping={"begin": (seconds + begin_s) * 1000, "end": (seconds + end_s) * 1000})
+
+    with pytest.raises(Conflict) as refused:
+        gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
+
+    assert refused.value.code == code
+    assert redis.get(keys.stock(voucher_id)) == "3"
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+
+
+def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
+    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
+) -> None:
+    """D4: the original consumer stopped for good at its first unexpected exception, and
+    its queue then only grew.
+
+    A bad record in a batch is reported alone in batchItemFailures; the good records of that
+    batch are confirmed, and a later batch is still processed."""
+    voucher_id = make_voucher(stock=5)
+    first, second, later = (accept(gate, redis, voucher_id) for _ in range(3))
+    send(sqs, queue_url, first.to_json(), MALFORMED, second.to_json())
+
+    done, failed = poll(queue_url)
+
+    assert (sorted(done), failed) == (sorted([first.to_json(), second.to_json()]), [MALFORMED])
+    assert order_ids(db, voucher_id) == {first.order_id, second.order_id}
+    send(sqs, queue_url, later.to_json())
+    done, failed = poll(queue_url)
+    assert (done, failed) == ([later.to_json()], [MALFORMED])
+    assert order_ids(db, voucher_id) == {first.order_id, second.order_id, later.order_id}
+    assert db_stock(db, voucher_id) == 2
+
+
+def test_defect_send_failing_after_redis_deducted_releases_and_answers_503(
+    api: Api, handlers: dict[str, Handler], sqs: Any, queue_url: str, redis: Any, make_voucher: Callable
+) -> None:
+    """D5: when the original in-process queue was full, the order was not queued although
+    Redis had already taken the unit and recorded the user: both were wasted."""
+    voucher_id = make_voucher(stock=3)
+    user_id = new_user()
+    missing = queue_url.rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
+    module = sys.modules[handlers["SeckillApiFunction"].__module__]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "queue", OrderQueue(sqs, missing))
+        response = api(seckill_event(voucher_id, user_id))
+
+    assert (response["statusCode"], body(response)["code"]) == (503, "TRY_AGAIN")
+    assert redis.get(keys.stock(voucher_id)) == "3"
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+
+
+def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
+    sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """D6: in the original, a crash lost the queued orders while Redis kept their units and
+    users: the user could not buy again and the stock stayed short.
+
+    The function died after attaching the order id, before the send and before any 202:
+    reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
+    voucher_id = make_voucher(stock=3)
+    message = accept(gate, redis, voucher_id, promise=False)  # ...and nothing was sent
+
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id, drained=False)
+
+    assert result.failed == [str(message.order_id)]
+    assert queue_depth(sqs, queue_url) == 0
+    assert order_ids(db, voucher_id) == set()
+    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("3", 3)
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+    gate.reserve(voucher_id, message.user_id, uuid.uuid4().hex)  # the user may order again
+
+
+def test_defect_crash_between_gate_and_send_without_an_order_id_is_released(
+    sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """D6, earlier: the crash came before the order id was made.
+
+    The function died before the order id was made (no 202 was answered): reconciliation releases it."""
+    voucher_id = make_voucher(stock=3)
+    user_id = new_user()
+    gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # ...and the function died
+    assert redis.get(keys.stock(voucher_id)) == "2"
+
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id)
+
+    assert (result.released, result.requeued) == ([user_id], [])
+    assert queue_depth(sqs, queue_url) == 0
+    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("3", 3)
+    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
+    gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # the user may try again
+
+
+def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained(
+    sqs: Any, queue_url: str, poll: Poll, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """D7: the original wrote Redis and MySQL separately and never compensated a failure
+    between the two, so they stayed apart."""
+    voucher_id = make_voucher(stock=5)
+    message = accept(gate, redis, voucher_id)
+    queue = OrderQueue(sqs, queue_url)
+    queue.send(message)
+    redis.set(keys.stock(voucher_id), 9)  # drifted
+
+    def run() -> Any:
+        drained = queue_depth(sqs, queue_url) == 0
+        return reconcile_voucher(db, redis, queue, voucher_id, drained=drained, pending_age=timedelta(minutes=2))
+
+    reported = run()  # the order is still on the queue
+    assert (reported.drift.drifted, reported.repaired) == (True, False)
+    assert (reported.drift.redis_stock, reported.drift.expected_stock) == (9, 4)
+    assert redis.get(keys.stock(voucher_id)) == "9"
+
+    assert poll(queue_url) == ([message.to_json()], [])
+    repaired = run()
+    assert repaired.repaired
+    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("4", 4)
+    assert not run().drift.drifted
+
+
+@pytest.mark.parametrize(("stock_in_db", "status", "reason"), [(None, "CONFIRMED", None), (0, "FAILED", "SOLD_OUT")])
+def test_defect_success_before_persisted_is_202_then_the_status_route(
+    api: Api,
+    poll: Poll,
+    order_queue: str,
+    status_hints: list[str],
+    db: Database,
+    make_voucher: Callable,
+    stock_in_db: int | None,
+    status: str,
+    reason: str | None,
+) -> None:
+    """D8: the original answered success with the order id before the order was stored,
+    and a later failure left the client holding a "successful" order.
+
+    The API answers 202 (accepted, not done); the status route says PENDING until the persister
+    has decided, then CONFIRMED, or FAILED with its reason."""
+    voucher_id = make_voucher(stock=2)
+    user_id = new_user()
+    accepted = api(seckill_event(voucher_id, user_id))
+    assert accepted["statusCode"] == 202, accepted
+    order_id = body(accepted)["data"]
+    status_hints.append(order_id)
+    assert accepted["headers"]["Location"] == f"/voucher-order/{order_id}"
+    assert body(api(status_event(order_id, user_id)))["data"]["status"] == "PENDING"
+    if stock_in_db is not None:
+        db_rows(db, "UPDATE tb_seckill_voucher SET stock = %s WHERE voucher_id = %s", stock_in_db, voucher_id)
+
+    assert len(poll(order_queue)[0]) == 1
+
+    data = body(api(status_event(order_id, user_id)))["data"]
+    assert (data["orderId"], data["status"], data["reason"]) == (order_id, status, reason)
+
+
+# --- the persister's outcomes: what the database finds ------------------------------------------------------------
+
+
+def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
+    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """Outcome "order inserted, stock decremented | CONFIRMED; the pending mark in Redis is cleared" """
+    voucher_id = make_voucher(stock=5)
+    message = accept(gate, redis, voucher_id)
+    assert redis.hexists(keys.pending(voucher_id), str(message.user_id))
+    send(sqs, queue_url, message.to_json())
+
+    assert poll(queue_url) == ([message.to_json()], [])
+
+    assert order_status(db, redis, message.order_id, message.user_id)["status"] == "CONFIRMED"
+    assert db_stock(db, voucher_id) == 4
+    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))
+
+
+def test_row_same_order_id_again_is_success_and_changes_nothing(
+    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
+) -> None:
+    """Outcome "the same order id already stored (redelivery, replay) | success, nothing changes" """
+    voucher_id = make_voucher(stock=5)
+    message = accept(gate, redis, voucher_id)
+    send(sqs, queue_url, message.to_json())
+    assert poll(queue_url) == ([message.to_json()], [])
+    rejections = "SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s"
+
+    send(sqs, queue_url, message.to_json(), message.to_json())
+    assert poll(queue_url) == ([message.to_json()] * 2, [])
+
+    assert order_ids(db, voucher_id) == {message.order_id}
+    assert db_stock(db, voucher_id) == 4
+    assert db_rows(db, rejections, voucher_id) == []
+
+
+def test_row_same_user_other_order_is_failed_duplicate_recorded_not_retried(
+    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """Outcome "this user already has another order for the voucher | FAILED `DUPLICATE_ORDER`,
+    recorded, not retried" """
+    voucher_id = make_voucher(stock=5)
+    first = accept(gate, redis, voucher_id)
+    send(sqs, queue_url, first.to_json())
+    assert poll(queue_url) == ([first.to_json()], [])
+    # Another order id for the same user, e.g. after a Redis failover forgot the buyer.
+    second = OrderMessage(next_order_id(redis), first.user_id, voucher_id, datetime.now(UTC))
+    send(sqs, queue_url, second.to_json())
+
+    assert poll(queue_url) == ([second.to_json()], [])
+
+    assert queue_depth(sqs, queue_url) == 0
+    decided = order_status(db, redis, second.order_id, second.user_id)
+    assert (decided["status"], decided["reason"]) == ("FAILED", "DUPLICATE_ORDER")
+    assert order_ids(db, voucher_id) == {first.order_id}
+    assert db_stock(db, voucher_id) == 4
+
+
+def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
+    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
+) -> None:
+    """Outcome "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
+    voucher_id = make_voucher(stock=5)
+    message = accept(gate, redis, voucher_id)
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
+    send(sqs, queue_url, message.to_json())
+
+    assert poll(queue_url) == ([message.to_json()], [])
+
+    assert queue_depth(sqs, queue_url) == 0
+    decided = order_status(db, redis, message.order_id, message.user_id)
+    assert (decided["status"], decided["reason"]) == ("FAILED", "SOLD_OUT")
+    assert order_ids(db, voucher_id) == set()
+    assert db_stock(db, voucher_id) == 0
+    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))
+
+
+def test_row_malformed_message_is_a_batch_item_failure_and_reaches_the_dlq(
+    sqs: Any, queues: dict[str, str], poll: Poll
+) -> None:
+    """Outcome "malformed message | reported as a batch item failure; reaches the DLQ" """
+    queue, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
+    policy = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+    send(sqs, queue, MALFORMED)
+
+    for _ in range(json.loads(policy)["maxReceiveCount"]):
+        assert poll(queue) == ([], [MALFORMED])
+    assert poll(queue) == ([], [])  # this receive is the one on which the queue moved it
+
+    assert [m["Body"] for m in drain(sqs, dlq)] == [MALFORMED]
+    assert queue_depth(sqs, queue) == 0
+
+
+def test_row_database_unreachable_is_a_batch_item_failure_then_retried_by_sqs(
+    sqs: Any,
+    queue_url: str,
+    poll: Poll,
+    handlers: dict[str, Handler],
+    creds: Credentials,
+    gate: Gate,
+    db: Database,
+    redis: Any,
+    make_voucher: Callable,
+) -> None:
+    """Outcome "database unreachable, deadlock, timeout | batch item failure: SQS retries, then the DLQ"
+
+    (How a failure that outlives maxReceiveCount reaches the DLQ is the malformed row's test.)"""
+    voucher_id = make_voucher(stock=5)
+    message = accept(gate, redis, voucher_id)
+    send(sqs, queue_url, message.to_json())
+    module = sys.modules[handlers["OrderPersisterFunction"].__module__]
+    unreachable = Database(Credentials("127.0.0.1", 1, creds.user, creds.password, creds.database))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "db", unreachable)
+        assert poll(queue_url) == ([], [message.to_json()])
+    assert redis.hexists(keys.pending(voucher_id), str(message.user_id))  # nothing decided
+
+    assert poll(queue_url) == ([message.to_json()], [])  # the database is back: the retry succeeds
+
+    assert order_ids(db, voucher_id) == {message.order_id}
+    assert db_stock(db, voucher_id) == 4
+    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))

@@ -1,0 +1,66 @@
+"""The installed commands: present, each with --help, and clear when a service is unreachable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import closed_port, run_python
+
+# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
+COMMANDS = {
+    "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
+    "seckill-reconcile": "seckill.reconcile:main",
+    "seckill-recovery": "seckill.recovery:main",
+    "seckill-migrate": "seckill.migrate:main",
+    "seckill-tokens": "seckill_local.tokens:main",
+    "seckill-local": "seckill_local.runner:main",
+    "seckill-flash-sale": "seckill_demo.flash_sale:main",
+}
+
+
+def test_seckill_tokens_says_when_redis_is_unreachable(tmp_path: Path) -> None:
+    done = run_python(
+        "-m",
+        "seckill_local.tokens",
+        "--count",
+        "1",
+        "--out",
+        str(tmp_path / "t.txt"),
+        "--redis-url",
+        f"redis://127.0.0.1:{closed_port()}/0",
+    )
+    assert done.returncode == 2
+    assert "cannot write tokens to Redis" in done.stderr
+
+
+def test_every_command_has_help() -> None:
+    for module in (
+        "seckill.migrate",
+        "seckill.reconcile",
+        "seckill.recovery",
+        "seckill_ops.dlq_replay",
+        "seckill_local.tokens",
+        "seckill_local.runner",
+        "seckill_demo.flash_sale",
+    ):
+        done = run_python("-m", module, "--help")
+        assert done.returncode == 0, module
+        assert "usage:" in done.stdout
+
+
+def test_the_commands_are_installed() -> None:
+    installed = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name.startswith("seckill-")}
+    assert installed == COMMANDS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_each_installed_command_answers_help(command: str) -> None:
+    path = Path(sys.executable).parent / command
+    done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {command} "), done.stdout[:200]

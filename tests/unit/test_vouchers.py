@@ -1,0 +1,149 @@
+"""Voucher bodies: validation, times and zones, named fields."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from seckill.errors import BadRequest
+from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
+from tests.helpers import load_event
+
+SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
+
+
+def sample(**changes: Any) -> str:
+    """The sample event's body with fields changed (None removes one)."""
+    data = json.loads(SAMPLE)
+    for name, value in changes.items():
+        if value is None:
+            data.pop(name)
+        else:
+            data[name] = value
+    return json.dumps(data)
+
+
+@pytest.fixture
+def shop_id() -> int:
+    return secrets.randbelow(10**12) + 10**6
+
+
+def test_the_sample_body_is_valid() -> None:
+    voucher = parse_voucher(SAMPLE, SeckillVoucherIn, UTC)
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert (voucher.shop_id, voucher.title, voucher.pay_value, voucher.actual_value) == (1, "100元代金券", 8000, 10000)
+    assert (voucher.type, voucher.stock) == (1, 200)
+    assert voucher.sub_title == "周一至周五均可使用"
+    assert voucher.begin_time == datetime(2030, 11, 30, 12, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 23, 59, 59, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param(sample(shopId=None), "shopId", id="missing-shopId"),
+        pytest.param(sample(shopId=0), "shopId", id="shopId-zero"),
+        pytest.param(sample(shopId=-3), "shopId", id="shopId-negative"),
+        pytest.param(sample(shopId="1"), "shopId", id="shopId-string"),
+        pytest.param(sample(title=""), "title", id="title-empty"),
+        pytest.param(sample(title=None), "title", id="title-missing"),
+        pytest.param(sample(stock=0), "stock", id="stock-zero"),
+        pytest.param(sample(stock="10"), "stock", id="stock-string"),
+        pytest.param(sample(stock=10.5), "stock", id="stock-float"),
+        pytest.param(sample(stock=True), "stock", id="stock-bool"),
+        pytest.param(sample(stock=None), "stock", id="stock-missing"),
+        pytest.param(sample(payValue=-1), "payValue", id="payValue-negative"),
+        pytest.param(sample(endTime="2030-11-30T11:00:00"), "endTime", id="end-before-begin"),
+        pytest.param(sample(endTime="2030-11-30T12:00:00"), "endTime", id="end-equals-begin"),
+        pytest.param(sample(beginTime="tomorrow"), "beginTime", id="beginTime-not-a-date"),
+        pytest.param(sample(endTime=None), "endTime", id="endTime-missing"),
+        pytest.param(sample(type=0), "type", id="ordinary-type-on-seckill-route"),
+        pytest.param(sample(type=2), "type", id="type-unknown"),
+    ],
+)
+def test_bad_seckill_bodies_name_the_field(body: str, field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, UTC)
+    assert caught.value.status == 400
+    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+
+
+@pytest.mark.parametrize("body", ["not json", "", None, "[]", '"a string"', "{"])
+def test_body_that_is_not_a_json_object_is_a_400(body: str | None) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, UTC)
+    assert caught.value.status == 400
+
+
+def test_seckill_type_on_the_ordinary_route_is_a_400() -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(), VoucherIn, UTC)
+    assert caught.value.message.startswith("type:")
+
+
+def test_ordinary_voucher_body() -> None:
+    body = json.dumps({"shopId": 3, "title": "t", "payValue": 100, "actualValue": 200})
+    voucher = parse_voucher(body, VoucherIn, UTC)
+    assert (voucher.shop_id, voucher.type, voucher.sub_title) == (3, 0, None)
+
+
+def test_naive_times_are_read_in_the_given_zone() -> None:
+    voucher = parse_voucher(SAMPLE, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    # 12:00 in Shanghai (UTC+8) is 04:00 UTC.
+    assert voucher.begin_time == datetime(2030, 11, 30, 4, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 15, 59, 59, tzinfo=UTC)
+    assert voucher.begin_time.utcoffset() == timedelta(0)
+
+
+def test_times_with_an_offset_ignore_the_zone() -> None:
+    body = sample(beginTime="2030-11-30T12:00:00+02:00", endTime="2030-11-30T13:00:00Z")
+    voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert voucher.begin_time == datetime(2030, 11, 30, 10, 0, tzinfo=UTC)
+    assert voucher.end_time == datetime(2030, 11, 30, 13, 0, tzinfo=UTC)
+
+
+def test_end_before_begin_is_judged_after_the_zone() -> None:
+    # 10:00+00:00 is after 12:00 in Shanghai (04:00Z): valid only once the zone applies.
+    body = sample(beginTime="2030-11-30T12:00:00", endTime="2030-11-30T10:00:00+00:00")
+    voucher = parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert isinstance(voucher, SeckillVoucherIn)
+    with pytest.raises(BadRequest):
+        parse_voucher(body, SeckillVoucherIn, UTC)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        pytest.param({"beginTime": "0001-01-01T00:00:00+01:00"}, "beginTime", id="begin-before-year-1-in-utc"),
+        pytest.param({"endTime": "9999-12-31T23:59:59-01:00"}, "endTime", id="end-after-year-9999-in-utc"),
+    ],
+)
+def test_times_outside_the_years_1_to_9999_in_utc_name_the_field(changes: dict[str, str], field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(**changes), SeckillVoucherIn, UTC)
+    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+
+
+def test_a_naive_time_pushed_out_of_range_by_the_zone_names_the_field() -> None:
+    body = sample(beginTime="0001-01-01T00:00:00", endTime="2030-01-01T00:00:00Z")
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
+    assert caught.value.message.startswith("beginTime:"), caught.value.message
+
+
+def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
+    now = datetime.now(UTC)
+    ended = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now - timedelta(seconds=1)).isoformat())
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(ended, SeckillVoucherIn, UTC)
+    assert caught.value.message.startswith("endTime:"), caught.value.message
+    # Still open, if only just: accepted.
+    open_ = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now + timedelta(minutes=1)).isoformat())
+    assert isinstance(parse_voucher(open_, SeckillVoucherIn, UTC), SeckillVoucherIn)
