@@ -1,39 +1,63 @@
 """The Lambda base image sam local runs the functions in.
 
 AWS's own (``public.ecr.aws/lambda/python:<version>-x86_64``) wherever its
-registry answers. Where it does not, a stand-in built here with what this
-machine can reach: a Debian root filesystem (debootstrap) with the release's
-Python, the runtime interface client and the AWS SDK from PyPI under
-/var/runtime, and the runtime interface emulator that ships inside the
-aws-sam-cli package, laid out as AWS's image is (entrypoint, /var/task,
-/var/runtime/bootstrap). sam local is given it with ``--invoke-image``.
+registry answers. Where it does not, a stand-in built here from what this
+machine has and can reach, laid out as AWS's image is, and given to sam local
+with ``--invoke-image``:
 
-The stand-in is kept in Docker's image store, labelled with a digest of
-everything it is built from, and built again only when that changes.
+- a root filesystem of this machine's Debian release (debootstrap, minbase),
+  with CA certificates, time zones and the shared libraries the interpreter
+  links to;
+- the runtime's Python under /var/lang, as in AWS's image: the same CPython
+  that compiles the layer's bytecode (``make -C layers runtime-python``;
+  Debian ships no python3.12), without the packages installed into it here;
+- the runtime interface client and the AWS SDK from PyPI under /var/runtime,
+  with a /var/runtime/bootstrap that starts the handler as Lambda does;
+- the runtime interface emulator that ships inside the aws-sam-cli package,
+  and AWS's entrypoint, working directory and variables.
+
+It is kept in Docker's image store, labelled with a digest of everything it is
+built from, and built again only when that changes.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.sam_local.commands import Commands, ensure_installed, is_root
+from scripts.sam_local.commands import Commands, ensure_installed, is_root, tail
 from scripts.sam_local.docker_host import DockerHost
 from scripts.sam_local.progress import Unavailable
 
 STANDIN_DIR = Path(__file__).parent / "standin"
 STANDIN_REPOSITORY = "seckill/lambda-python-standin"
 INPUTS_LABEL = "org.seckill.sam-local.standin-inputs"
-# The Debian release whose python3.X matches the Lambda runtime's minor version.
-DEBIAN_RELEASES = {"3.11": "bookworm"}
-DEBIAN_PACKAGES = ["python3.{minor}", "ca-certificates", "tzdata"]
+BASE_PACKAGES = ["ca-certificates", "tzdata"]
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Parts of the interpreter's installation a function never uses (the test suite alone is
+# most of it), and its site-packages: what was installed into it here is not the runtime's.
+NOT_COPIED = (
+    "test",
+    "idlelib",
+    "tkinter",
+    "_tkinter*",
+    "turtledemo",
+    "ensurepip",
+    "include",
+    "share",
+    "pkgconfig",
+    "*.a",
+)
 
 
 @dataclass(frozen=True)
@@ -63,9 +87,56 @@ def choose(docker: DockerHost, commands: Commands, sam: Path, python: str, which
     return standin(docker, commands, sam, python, mirror, "asked for with --image standin")
 
 
-def inputs_digest(release: str, packages: list[str], rie: Path) -> str:
+@dataclass(frozen=True)
+class RuntimePython:
+    executable: Path
+    version: str  # 3.12.1
+    prefix: Path  # its installation, copied to /var/lang
+
+
+def runtime_python(commands: Commands, python: str) -> RuntimePython:
+    """The CPython of the runtime's version that layers/Makefile compiles the layer's bytecode with."""
+    found = commands.run(["make", "-s", "-C", "layers", "runtime-python"], "runtime-python", timeout=60, check=False)
+    if found.returncode != 0:
+        raise Unavailable(f"no Python {python} on this machine for the stand-in: {tail(found.stderr, 2)}")
+    executable = Path(found.stdout.strip().splitlines()[-1])
+    asked = [str(executable), "-c", "import json, sys; print(json.dumps([sys.version.split()[0], sys.base_prefix]))"]
+    version, prefix = json.loads(commands.run(asked, "runtime-python-info", timeout=60).stdout)
+    if not version.startswith(f"{python}."):
+        raise Unavailable(f"{executable} is Python {version}, the template's runtime is python{python}")
+    if prefix == "/usr":
+        raise Unavailable(f"{executable} is the system's Python; the stand-in copies one installed apart (pyenv's)")
+    return RuntimePython(executable, version, Path(prefix))
+
+
+def library_packages(commands: Commands, python: RuntimePython) -> list[str]:
+    """The Debian packages of the shared libraries the interpreter and its extension modules link to."""
+    modules = [m for m in python.prefix.glob("lib/python*/lib-dynload/*.so") if not _skipped(m.name)]
+    elves = [python.executable, *python.prefix.glob("lib/libpython*.so*"), *modules]
+    linked = commands.run(["ldd", *map(str, elves)], "ldd", timeout=60, check=False).stdout
+    paths = {p for p in re.findall(r"=> (/\S+)", linked) if not p.startswith(str(python.prefix))}
+    # dpkg records a library under /lib or /usr/lib, whichever its package ships (merged /usr).
+    candidates = sorted(
+        {
+            q
+            for p in paths
+            for q in (p, os.path.realpath(p), re.sub(r"^/usr/lib/", "/lib/", p), re.sub(r"^/lib/", "/usr/lib/", p))
+        }
+    )
+    owners = commands.run(["dpkg", "-S", *candidates], "dpkg-owners", timeout=60, check=False).stdout
+    return sorted({line.split(":", 1)[0] for line in owners.splitlines() if ": /" in line})
+
+
+def host_release() -> str:
+    fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    if fields.get("ID") != "debian" or not fields.get("VERSION_CODENAME"):
+        raise Unavailable("the stand-in is built with debootstrap from Debian's archive, on a Debian machine")
+    return fields["VERSION_CODENAME"].strip('"')
+
+
+def inputs_digest(release: str, packages: list[str], python: RuntimePython, rie: Path) -> str:
     digest = hashlib.sha256()
-    digest.update(f"{release}\n{' '.join(packages)}\n".encode())
+    digest.update(f"{release}\n{' '.join(packages)}\n{python.version} {python.prefix}\n".encode())
     for path in sorted(STANDIN_DIR.iterdir()):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(rie.read_bytes())
@@ -73,12 +144,11 @@ def inputs_digest(release: str, packages: list[str], rie: Path) -> str:
 
 
 def standin(docker: DockerHost, commands: Commands, sam: Path, python: str, mirror: str | None, why: str) -> BaseImage:
-    release = DEBIAN_RELEASES.get(python)
-    if release is None:
-        raise Unavailable(f"no stand-in for python{python}: no Debian release here ships it; {why}")
-    packages = [p.format(minor=python.split(".")[1]) for p in DEBIAN_PACKAGES]
+    release = host_release()
+    interpreter = runtime_python(commands, python)
+    packages = sorted({*BASE_PACKAGES, *library_packages(commands, interpreter)})
     rie = sam_rie(sam)
-    digest = inputs_digest(release, packages, rie)
+    digest = inputs_digest(release, packages, interpreter, rie)
     image = f"{STANDIN_REPOSITORY}:{python}-x86_64"
     cached = docker.inspect_image(image)
     if cached is not None and (cached["Config"].get("Labels") or {}).get(INPUTS_LABEL) == digest:
@@ -86,11 +156,12 @@ def standin(docker: DockerHost, commands: Commands, sam: Path, python: str, mirr
     if not is_root():
         raise Unavailable(f"building the stand-in base image needs root (debootstrap); {why}")
     ensure_installed(commands, {"debootstrap": "debootstrap"})
-    build(commands, image, release, packages, rie, digest, mirror or apt_mirror())
+    build(commands, image, release, packages, interpreter, rie, digest, mirror or apt_mirror())
     if cached is not None:
         # The stand-in built from older inputs, untagged now (kept if something still uses it).
         commands.run(["docker", "rmi", cached["Id"]], "docker-rmi", timeout=120, check=False)
-    return BaseImage(image, f"stand-in {image} (built now from Debian {release} and PyPI, inputs {digest})", why)
+    made = f"Debian {release}, Python {interpreter.version} from {interpreter.prefix}, PyPI"
+    return BaseImage(image, f"stand-in {image} (built now: {made}; inputs {digest})", why)
 
 
 def sam_rie(sam: Path) -> Path:
@@ -119,7 +190,14 @@ def apt_mirror() -> str:
 
 
 def build(
-    commands: Commands, image: str, release: str, packages: list[str], rie: Path, digest: str, mirror: str
+    commands: Commands,
+    image: str,
+    release: str,
+    packages: list[str],
+    python: RuntimePython,
+    rie: Path,
+    digest: str,
+    mirror: str,
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="seckill-standin-"))
     root = work / "rootfs"
@@ -129,13 +207,13 @@ def build(
             "debootstrap",
             timeout=900,
         )
+        shutil.copytree(python.prefix, root / "var" / "lang", symlinks=True, ignore=_not_copied(python.prefix))
         runtime = root / "var" / "runtime"
-        python = packages[0].removeprefix("python")
         commands.run(
             [
                 sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                 "--target", str(runtime), "--only-binary=:all:", "--implementation", "cp",
-                "--platform", "manylinux2014_x86_64", "--python-version", python,
+                "--platform", "manylinux2014_x86_64", "--python-version", python.version,
                 "--requirement", str(STANDIN_DIR / "requirements.txt"),
             ],
             "pip-runtime",
@@ -159,7 +237,9 @@ def build(
             "ENV LAMBDA_RUNTIME_DIR=/var/runtime",
             "ENV LANG=C.UTF-8",
             "ENV TZ=:/etc/localtime",
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV PATH=/var/lang/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            # Where AWS's image has it too; the interpreter's own run path named its old place.
+            "ENV LD_LIBRARY_PATH=/var/lang/lib",
             f"LABEL {INPUTS_LABEL}={digest}",
         ]
         args = ["docker", "import"]
@@ -178,3 +258,18 @@ def build(
             raise Unavailable(f"docker import of the stand-in failed: {imported.stderr.strip()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _skipped(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in NOT_COPIED)
+
+
+def _not_copied(prefix: Path) -> Callable[[str, list[str]], set[str]]:
+    site_packages = {str(p) for p in prefix.glob("lib/python*/site-packages")}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        if directory in site_packages:
+            return set(names)
+        return {name for name in names if _skipped(name)}
+
+    return ignore
