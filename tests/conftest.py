@@ -27,6 +27,7 @@ from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 from tests.helpers import drain
+from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
 DB_NAME = f"seckill_test_{RUN_ID}"
@@ -37,7 +38,9 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 os.environ.update(LOCAL_AWS)
 os.environ.update(
     {
-        "REDIS_URL": os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        # A database of the run's own (1-15): the global keys (seckill:loaded, the rebuild
+        # lock, the id counter) are not shared with another suite running beside it.
+        "REDIS_URL": os.environ.get("TEST_REDIS_URL", f"redis://127.0.0.1:6379/{secrets.randbelow(15) + 1}"),
         "DB_HOST": os.environ.get("TEST_DB_HOST", "127.0.0.1"),
         "DB_PORT": os.environ.get("TEST_DB_PORT", "3306"),
         "DB_USER": os.environ.get("TEST_DB_USER", "root"),
@@ -206,3 +209,13 @@ def context() -> Any:
     from seckill_local.lambdas import LocalContext
 
     return LocalContext("test", 30)
+
+
+@pytest.fixture
+def arena(
+    db: Database, creds: Credentials, redis: Any, gate: Gate, make_voucher: Callable[..., int]
+) -> Iterator[Arena]:
+    """Where the persister's outcome table (tests/outcomes.py) arranges its records."""
+    made = Arena(db, creds, redis, gate, make_voucher)
+    yield made
+    made.clean()

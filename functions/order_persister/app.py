@@ -1,14 +1,17 @@
 """OrderPersisterFunction: OrderQueue's consumer (docs/contract.md).
 
-Each record is decided on its own; failures are reported per record
-(``batchItemFailures``) so SQS retries only those, and after maxReceiveCount
+The batch's orders are decided together, in one transaction (seckill.persistence);
+Powertools' batch processing then reports each record's own outcome, its failures
+as ``batchItemFailures``, so SQS retries only those, and after maxReceiveCount
 moves them to the dead-letter queue. A record that can never be stored goes to
 the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.poison).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -21,8 +24,7 @@ from seckill import warmup
 from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.gate import Gate
-from seckill.poison import Poisoned, PoisonQueue, take_record
+from seckill.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch
 from seckill.scripts import Scripts
 
 logger = Logger()
@@ -36,7 +38,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 settings = Settings.from_env()
 redis = redis_client(settings)
-gate = Gate(redis, Scripts.register(redis))
+scripts = Scripts.register(redis)
 db = Database.from_settings(settings)
 # boto3 is imported and the client made only when a record is first moved there.
 sqs = OnFirstUse(sqs_client)
@@ -45,17 +47,36 @@ warmup.prepare(warmup.Connections(redis, db, [sqs] if poison else []))
 
 
 @tracer.capture_method
-def record_handler(record: SQSRecord) -> None:
-    outcome = take_record(db, redis, gate, poison, record.body, record.raw_event.get("messageAttributes"))
+def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
+    """Every record's outcome, by message id; counted once for the whole batch."""
+    outcomes = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
+    counts = Counter(kind(outcome) for outcome in outcomes)
+    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersPoisoned"):
+        if counts[name]:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts[name])
+    logger.info("batch decided", extra={"records": len(outcomes), **counts})
+    return {r["messageId"]: outcome for r, outcome in zip(records, outcomes, strict=True)}
+
+
+def kind(outcome: Taken) -> str:
+    if isinstance(outcome, Decided):
+        return f"Orders{outcome.decision.status.title()}" if outcome.decision.changed else "OrdersUnchanged"
+    return "OrdersPoisoned" if isinstance(outcome, Poisoned) else "RecordsFailed"
+
+
+def report(outcomes: dict[str, Taken], record: SQSRecord) -> None:
+    """The record handler: the record's outcome, raised if it failed (a batch item failure)."""
+    outcome = outcomes[record.message_id]
+    if isinstance(outcome, Failed):
+        raise outcome.error
     if isinstance(outcome, Poisoned):
         logger.warning(
             "record moved to the poison queue",
             extra={"messageId": record.message_id, "poisonMessageId": outcome.message_id, "reason": outcome.reason},
         )
-        metrics.add_metric(name="OrdersPoisoned", unit=MetricUnit.Count, value=1)
         return
     decision = outcome.decision
-    logger.info(
+    logger.debug(
         "order decided",
         extra={
             "orderId": str(outcome.order.order_id),
@@ -64,12 +85,15 @@ def record_handler(record: SQSRecord) -> None:
             "changed": decision.changed,
         },
     )
-    if decision.changed:
-        metrics.add_metric(name=f"Orders{decision.status.title()}", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    outcomes = take(event["Records"])
+    # No context passed on: the record handler does not take it, and Powertools would
+    # inspect the partial's signature at every invocation to find out.
+    return process_partial_response(
+        event=event, record_handler=functools.partial(report, outcomes), processor=processor
+    )

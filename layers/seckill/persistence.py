@@ -1,24 +1,33 @@
-"""Writing an accepted order to MySQL, one transaction per order (the outcomes: docs/contract.md)."""
+"""Writing accepted orders to MySQL, a whole SQS batch in one transaction (the outcomes: docs/contract.md).
+
+A batch is decided as if its orders came one by one in message order, each in a
+transaction of its own: the same outcome for every order, with a few statements
+for the whole batch instead of several per order. The voucher rows are the hot
+rows of a sale, so each is locked once and its stock decremented once, by the
+number of orders the batch confirms.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
 from pymysql.cursors import DictCursor
+from redis.exceptions import NoScriptError
 
-from seckill import hints
-from seckill.db import Database
+from seckill import hints, keys
+from seckill.db import Database, is_connection_error
 from seckill.gate import Gate
 from seckill.hints import CONFIRMED, FAILED
 from seckill.messages import OrderMessage
+from seckill.scripts import Scripts
 from seckill.timeutil import to_db
 
 log = logging.getLogger(__name__)
 
-DUPLICATE_KEY = 1062
 NOT_QUEUED = "NOT_QUEUED"  # reason of an order failed by reconciliation
 
 
@@ -29,15 +38,6 @@ class Decision:
     changed: bool = True  # False when an earlier delivery had already decided it
 
 
-class _Refused(Exception):
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class _Duplicate(Exception):
-    pass
-
-
 class OrderIdConflict(RuntimeError):
     """Another order is stored under this order id: the id counter went back (a Redis
     failover or restart within the same second). Never absorbed as a redelivery: the
@@ -45,102 +45,207 @@ class OrderIdConflict(RuntimeError):
     and reaches the DLQ), raises its alarm and waits for an operator."""
 
 
+# Per order, in message order: its decision, or what left it undecided (an
+# OrderIdConflict, or a database error that SQS's retry may overcome).
+Outcome = Decision | Exception
+
+
+def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequence[OrderMessage]) -> list[Outcome]:
+    """Decide the orders in the database, then clear their pending marks and make their
+    status hints final in Redis (one pipelined round trip). One outcome per message."""
+    outcomes = decide_orders(db, messages)
+    _write_back(redis, scripts, [(m, o) for m, o in zip(messages, outcomes, strict=True) if isinstance(o, Decision)])
+    return outcomes
+
+
 def persist_order(db: Database, redis: Any, gate: Gate, message: OrderMessage) -> Decision:
-    """Decide the order in the database, then clear its pending mark in Redis.
+    """One order, as a batch of one; raises what left it undecided."""
+    (outcome,) = persist_orders(db, redis, gate.scripts, [message])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
-    Database errors (unreachable, deadlock, timeout) propagate: the caller
-    reports the record as failed and SQS retries it.
-    """
-    decision = _decide(db, message)
+
+def decide_orders(db: Database, messages: Sequence[OrderMessage]) -> list[Outcome]:
+    """All orders in one transaction. Should it fail for a reason of the database's own
+    (deadlock, lock wait timeout, a writer outside the locking rules), each order is
+    decided again in a transaction of its own, so that only an order at fault fails.
+    A connection that is gone even after ``Database.run``'s retry, or lost at COMMIT
+    (which may have committed), fails every order: SQS delivers them again, and a
+    redelivery finds what was stored."""
+    if not messages:
+        return []
     try:
-        gate.settle(message.voucher_id, message.user_id, message.order_id)
-        if decision.changed:  # a redelivery's acceptedAt may differ from the stored one
-            hints.finalize(redis, message, decision.status, decision.reason)
-    except Exception:
-        # The database already holds the truth; reconciliation clears stale marks,
-        # and the status route asks MySQL when the hint is not final.
-        log.warning("could not update Redis for order %s", message.order_id, exc_info=True)
-    return decision
+        return db.run(lambda cursor: _decide(cursor, messages))
+    except Exception as exc:
+        if len(messages) == 1 or is_connection_error(exc):
+            return [exc] * len(messages)
+        log.warning("the batch's transaction failed; deciding its %d orders one by one", len(messages), exc_info=True)
+    return [_decide_alone(db, m) for m in messages]
 
 
-def _decide(db: Database, m: OrderMessage) -> Decision:
-    def insert(cursor: DictCursor) -> Decision:
-        # The voucher's row is locked first, as reconciliation does before it fails an
-        # order that never reached the queue: the two never decide one order twice.
-        cursor.execute(
-            "SELECT sv.voucher_id, r.user_id, r.voucher_id AS rejected_voucher, r.reason"
-            " FROM tb_seckill_voucher sv LEFT JOIN tb_voucher_order_rejection r ON r.order_id = %s"
-            " WHERE sv.voucher_id = %s FOR UPDATE",
-            (m.order_id, m.voucher_id),
-        )
-        row = cursor.fetchone()
-        if row is None:
-            raise _Refused("VOUCHER_NOT_FOUND")
-        if row["reason"] is not None:
-            _same_order(m, row["user_id"], row["rejected_voucher"])
-            return Decision(FAILED, row["reason"], changed=False)
-        try:
-            cursor.execute(
-                "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time) VALUES (%s, %s, %s, %s)",
-                (m.order_id, m.user_id, m.voucher_id, to_db(m.accepted_at)),
-            )
-        except pymysql.err.IntegrityError as exc:
-            if exc.args[0] != DUPLICATE_KEY:
-                raise
-            raise _Duplicate from exc
-        cursor.execute(
-            "UPDATE tb_seckill_voucher SET stock = stock - 1 WHERE voucher_id = %s AND stock > 0", (m.voucher_id,)
-        )
-        if cursor.rowcount == 0:
-            raise _Refused("SOLD_OUT")
-        return Decision(CONFIRMED)
-
-    def stored(cursor: DictCursor) -> dict[str, Any] | None:
-        cursor.execute("SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = %s", (m.order_id,))
-        return cursor.fetchone()
-
+def _decide_alone(db: Database, m: OrderMessage) -> Outcome:
     try:
-        return db.run(insert)
-    except _Duplicate:
-        # Which key? Judge by what is stored under this order id, not by the error text.
-        order = db.run(stored, read_only=True)
-        if order is None:
-            return _refuse(db, m, "DUPLICATE_ORDER")  # the user holds another order of this voucher
-        _same_order(m, order["user_id"], order["voucher_id"])
-        return Decision(CONFIRMED, changed=False)  # a redelivery
-    except _Refused as refused:
-        return _refuse(db, m, refused.reason)
+        (outcome,) = db.run(lambda cursor: _decide(cursor, [m]))
+    except Exception as exc:
+        return exc
+    return outcome
 
 
-def _same_order(m: OrderMessage, user_id: Any, voucher_id: Any) -> None:
-    """A decision stored under this order id is this order's, or the id was reused."""
-    if (int(user_id), int(voucher_id)) != (m.user_id, m.voucher_id):
-        raise OrderIdConflict(f"order id {m.order_id} already belongs to another order")
+@dataclass(frozen=True)
+class _Stored:
+    """A decision stored (or taken earlier in the batch) under an order id."""
+
+    user_id: int
+    voucher_id: int
+    reason: str | None  # None: confirmed
 
 
-def _reject(cursor: DictCursor, m: OrderMessage, reason: str) -> bool:
-    """Record the refusal; False if one is already recorded under this order id."""
+@dataclass
+class _Found:
+    """What the database holds for a batch, read under its vouchers' row locks."""
+
+    stock: dict[int, int]  # voucher id -> stock, for the vouchers that exist
+    stored: dict[int, _Stored]  # order id -> its decision
+    holders: set[tuple[int, int]]  # (user id, voucher id) of the orders stored
+
+
+@dataclass
+class _Decided:
+    outcomes: list[Outcome]
+    confirmed: list[OrderMessage]
+    rejected: list[tuple[OrderMessage, str]]
+
+
+def _decide(cursor: DictCursor, messages: Sequence[OrderMessage]) -> list[Outcome]:
+    decided = _judge(messages, _read(cursor, messages))
+    _write(cursor, decided)
+    return decided.outcomes
+
+
+def _placeholders(values: Sequence[Any]) -> str:
+    return ", ".join(["%s"] * len(values))
+
+
+def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
+    voucher_ids = sorted({m.voucher_id for m in messages})
+    order_ids = sorted({m.order_id for m in messages})
+    user_ids = sorted({m.user_id for m in messages})
+    # The vouchers' rows are locked first, in one order for every batch (no deadlock
+    # between batches), as reconciliation does before it fails an order that never
+    # reached the queue: the two never decide one order twice.
     cursor.execute(
-        "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason) VALUES (%s, %s, %s, %s)",
-        (m.order_id, m.user_id, m.voucher_id, reason),
+        f"SELECT voucher_id, stock FROM tb_seckill_voucher WHERE voucher_id IN ({_placeholders(voucher_ids)})"
+        " ORDER BY voucher_id FOR UPDATE",
+        voucher_ids,
     )
-    return cursor.rowcount == 1
+    found = _Found({int(row["voucher_id"]): int(row["stock"]) for row in cursor.fetchall()}, {}, set())
+    # A plain read once the locks are held sees every decision committed on these
+    # vouchers: what is stored under the batch's order ids, and which of its users
+    # already hold an order of its vouchers.
+    cursor.execute(
+        "SELECT 'order' AS kind, id AS order_id, user_id, voucher_id, NULL AS reason FROM tb_voucher_order"
+        f" WHERE id IN ({_placeholders(order_ids)})"
+        " UNION ALL SELECT 'rejection', order_id, user_id, voucher_id, reason FROM tb_voucher_order_rejection"
+        f" WHERE order_id IN ({_placeholders(order_ids)})"
+        " UNION ALL SELECT 'holder', id, user_id, voucher_id, NULL FROM tb_voucher_order"
+        f" WHERE user_id IN ({_placeholders(user_ids)}) AND voucher_id IN ({_placeholders(voucher_ids)})",
+        [*order_ids, *order_ids, *user_ids, *voucher_ids],
+    )
+    for row in cursor.fetchall():
+        user_voucher = (int(row["user_id"]), int(row["voucher_id"]))
+        if row["kind"] == "holder":
+            found.holders.add(user_voucher)
+        elif row["kind"] == "rejection" or int(row["order_id"]) not in found.stored:  # a rejection is final
+            found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"])
+    return found
 
 
-def _refuse(db: Database, m: OrderMessage, reason: str) -> Decision:
-    """The order's transaction rolled back; the refusal is recorded on its own."""
+def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
+    """Each order in message order, as if each had its own transaction: an order id
+    already decided keeps its decision; otherwise the voucher must exist, the user
+    must hold no order of it, and stock must be left."""
+    stock, stored, holders = dict(found.stock), dict(found.stored), set(found.holders)
+    decided = _Decided([], [], [])
+    for m in messages:
+        earlier = stored.get(m.order_id)
+        if earlier is not None:
+            if (earlier.user_id, earlier.voucher_id) != (m.user_id, m.voucher_id):
+                decided.outcomes.append(OrderIdConflict(f"order id {m.order_id} already belongs to another order"))
+            else:  # a redelivery, or the same message twice in the batch
+                status = CONFIRMED if earlier.reason is None else FAILED
+                decided.outcomes.append(Decision(status, earlier.reason, changed=False))
+            continue
+        if m.voucher_id not in stock:
+            reason: str | None = "VOUCHER_NOT_FOUND"
+        elif (m.user_id, m.voucher_id) in holders:
+            reason = "DUPLICATE_ORDER"  # the user holds another order of this voucher
+        elif stock[m.voucher_id] <= 0:
+            reason = "SOLD_OUT"
+        else:
+            reason = None
+            stock[m.voucher_id] -= 1
+            holders.add((m.user_id, m.voucher_id))
+            decided.confirmed.append(m)
+        if reason is not None:
+            decided.rejected.append((m, reason))
+        stored[m.order_id] = _Stored(m.user_id, m.voucher_id, reason)
+        decided.outcomes.append(Decision(CONFIRMED) if reason is None else Decision(FAILED, reason))
+    return decided
 
-    def record(cursor: DictCursor) -> Decision:
-        if _reject(cursor, m, reason):
-            return Decision(FAILED, reason)
-        cursor.execute(
-            "SELECT user_id, voucher_id, reason FROM tb_voucher_order_rejection WHERE order_id = %s", (m.order_id,)
+
+def _write(cursor: DictCursor, decided: _Decided) -> None:
+    """Multi-row INSERTs (PyMySQL's executemany) and one decrement per voucher."""
+    if decided.confirmed:
+        cursor.executemany(
+            "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time) VALUES (%s, %s, %s, %s)",
+            [(m.order_id, m.user_id, m.voucher_id, to_db(m.accepted_at)) for m in decided.confirmed],
         )
-        earlier = cursor.fetchone()
-        _same_order(m, earlier["user_id"], earlier["voucher_id"])
-        return Decision(FAILED, earlier["reason"], changed=False)
+    taken = Counter(m.voucher_id for m in decided.confirmed)
+    for voucher_id, count in sorted(taken.items()):
+        # The guard holds even if the row lock were ever missing: then the batch rolls back.
+        cursor.execute(
+            "UPDATE tb_seckill_voucher SET stock = stock - %s WHERE voucher_id = %s AND stock >= %s",
+            (count, voucher_id, count),
+        )
+        if cursor.rowcount != 1:
+            raise RuntimeError(f"the stock of voucher {voucher_id} changed under its row lock")
+    if decided.rejected:
+        cursor.executemany(
+            "INSERT INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason) VALUES (%s, %s, %s, %s)",
+            [(m.order_id, m.user_id, m.voucher_id, reason) for m, reason in decided.rejected],
+        )
 
-    return db.run(record)
+
+def _write_back(redis: Any, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
+    """Clear the decided orders' pending marks (one script call per voucher) and make
+    their status hints final, in one pipeline. The database already holds the truth:
+    if Redis fails, reconciliation clears stale marks, and the status route asks MySQL
+    while a hint is not final."""
+    if not decided:
+        return
+    settles: dict[int, list[int]] = {}
+    for m, _ in decided:
+        settles.setdefault(m.voucher_id, []).extend((m.user_id, m.order_id))
+    pipe = redis.pipeline(transaction=False)
+    for voucher_id, args in settles.items():
+        # Queued as a plain command: redis-py's cluster pipeline refuses its evalsha()
+        # method, though EVALSHA routes by its key like any other command.
+        pipe.execute_command("EVALSHA", scripts.settle.sha, 1, keys.pending(voucher_id), *args)
+    for m, decision in decided:
+        if decision.changed:  # a redelivery's acceptedAt may differ from the stored one
+            hints.finalize(pipe, m, decision.status, decision.reason)
+    try:
+        results = pipe.execute(raise_on_error=False)
+        for (voucher_id, args), result in zip(settles.items(), results, strict=False):
+            if isinstance(result, NoScriptError):  # Redis restarted or failed over: load it again
+                scripts.settle(keys=[keys.pending(voucher_id)], args=args)
+    except Exception:  # the cluster client raises its own errors besides RedisError
+        log.warning("could not update Redis for %d decided orders", len(decided), exc_info=True)
+        return
+    errors = [r for r in results if isinstance(r, Exception) and not isinstance(r, NoScriptError)]
+    if errors:
+        log.warning("could not update Redis for some of %d decided orders: %s", len(decided), errors[0])
 
 
 def fail_unqueued(db: Database, m: OrderMessage) -> bool:
@@ -153,7 +258,11 @@ def fail_unqueued(db: Database, m: OrderMessage) -> bool:
         cursor.execute("SELECT 1 FROM tb_voucher_order WHERE id = %s", (m.order_id,))
         if cursor.fetchone() is not None:
             return False
-        _reject(cursor, m, NOT_QUEUED)
+        cursor.execute(
+            "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"
+            " VALUES (%s, %s, %s, %s)",
+            (m.order_id, m.user_id, m.voucher_id, NOT_QUEUED),
+        )
         return True
 
     return db.run(fail)

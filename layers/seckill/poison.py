@@ -12,13 +12,14 @@ can store, and SQS's own redrive can move all of it back.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seckill.db import Database
-from seckill.gate import Gate
 from seckill.messages import MalformedMessage, OrderMessage
-from seckill.persistence import Decision, OrderIdConflict, persist_order
+from seckill.persistence import Decision, OrderIdConflict, persist_orders
+from seckill.scripts import Scripts
 
 REASON_ATTRIBUTE = "reason"
 MAX_REASON = 1024  # characters of the reason kept in the attribute
@@ -38,11 +39,23 @@ class Decided:
 
 
 @dataclass(frozen=True)
+class Failed:
+    """A record left undecided: a batch item failure, which SQS retries and in the end
+    dead-letters."""
+
+    error: Exception
+
+
+@dataclass(frozen=True)
 class Poisoned:
     """A record sent to the poison queue and acknowledged."""
 
     reason: str
     message_id: str  # of the copy on the poison queue
+
+
+# What became of one record.
+Taken = Decided | Poisoned | Failed
 
 
 def send_attributes(record_attributes: dict[str, Any] | None, reason: str) -> dict[str, Any]:
@@ -89,22 +102,42 @@ def unstorable_reason(exc: Exception) -> str | None:
     return None
 
 
-def take_record(
+def take_batch(
     db: Database,
     redis: Any,
-    gate: Gate,
+    scripts: Scripts,
     poison: PoisonQueue | None,
-    body: str,
-    attributes: dict[str, Any] | None = None,
-) -> Decided | Poisoned:
-    """Decide one OrderQueue record. A record that can never be stored goes to the
-    poison queue when there is one; otherwise (or when that fails) the exception
-    propagates and the record is a batch item failure. Retryable errors always propagate."""
+    records: Sequence[tuple[str, dict[str, Any] | None]],
+) -> list[Taken]:
+    """Decide a batch of OrderQueue records (body, message attributes): one outcome per
+    record, in order. Its orders are decided together (seckill.persistence). A record
+    that can never be stored goes to the poison queue when there is one; otherwise (or
+    when that send fails) it fails, as does every record a retry may yet store."""
+    parsed: list[OrderMessage | MalformedMessage] = []
+    for body, _ in records:
+        try:
+            parsed.append(OrderMessage.from_json(body))
+        except MalformedMessage as exc:
+            parsed.append(exc)
+    orders = [p for p in parsed if isinstance(p, OrderMessage)]
+    decisions = iter(persist_orders(db, redis, scripts, orders))
+    taken: list[Taken] = []
+    for (body, attributes), order in zip(records, parsed, strict=True):
+        outcome = order if isinstance(order, MalformedMessage) else next(decisions)
+        if isinstance(order, OrderMessage) and isinstance(outcome, Decision):
+            taken.append(Decided(order, outcome))
+        else:
+            taken.append(_set_aside(poison, body, attributes, outcome))
+    return taken
+
+
+def _set_aside(
+    poison: PoisonQueue | None, body: str, attributes: dict[str, Any] | None, error: Exception
+) -> Poisoned | Failed:
+    reason = unstorable_reason(error)
+    if poison is None or reason is None:
+        return Failed(error)
     try:
-        order = OrderMessage.from_json(body)
-        return Decided(order, persist_order(db, redis, gate, order))
-    except (MalformedMessage, OrderIdConflict) as exc:
-        reason = unstorable_reason(exc)
-        if poison is None or reason is None:
-            raise
         return Poisoned(reason=reason, message_id=poison.send(body, reason, attributes))
+    except PoisonMoveFailed as exc:
+        return Failed(exc)

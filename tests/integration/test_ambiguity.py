@@ -58,9 +58,10 @@ def redis_proxy(settings: Settings) -> Iterator[LossyProxy]:
 
 
 @pytest.fixture
-def lossy_redis(redis_proxy: LossyProxy) -> Any:
+def lossy_redis(redis_proxy: LossyProxy, settings: Settings) -> Any:
     """The service's own Redis client (timeouts, retries) reaching Redis through the proxy."""
-    return redis_client(Settings.from_env({"REDIS_URL": f"redis://{redis_proxy.url_host}/0"}))
+    database = settings.redis_url.rsplit("/", 1)[1]
+    return redis_client(Settings.from_env({"REDIS_URL": f"redis://{redis_proxy.url_host}/{database}"}))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ and redis-cli, as installed with Redis) and removed at the end.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import socket
@@ -21,15 +22,17 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from seckill import keys
+from seckill import hints, keys
 from seckill.clients import redis_client
 from seckill.config import Settings
+from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.persistence import Decision, persist_orders
 from seckill.scripts import Scripts
-from seckill.vouchers import preload
-from tests.helpers import closed_port, new_user
+from seckill.vouchers import SeckillVoucherIn, create_seckill_voucher, preload
+from tests.helpers import accept, closed_port, new_user
 
 NODES = 3
 
@@ -148,3 +151,36 @@ def test_an_unreachable_cluster_is_a_clear_error() -> None:
     settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0", "REDIS_CLUSTER": "true"})
     with pytest.raises((RedisError, RedisClusterException)):
         redis_client(settings).ping()
+
+
+def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: Database) -> None:
+    """The persister's Redis side on a cluster: a batch's vouchers, and its orders' status
+    hints (by order id alone), live in many slots on several nodes; and the nodes have
+    lost their scripts (a restart), which the write-back loads again."""
+    scripts = Scripts.register(cluster)
+    gate = Gate(cluster, scripts, refusal_cache_seconds=0)
+    now = datetime.now(UTC)
+    voucher = SeckillVoucherIn(
+        shop_id=1,
+        title="cluster voucher",
+        pay_value=8000,
+        actual_value=10000,
+        stock=3,
+        begin_time=now - timedelta(minutes=1),
+        end_time=now + timedelta(hours=1),
+    )
+    voucher_ids = [create_seckill_voucher(db, cluster, voucher) for _ in range(4)]
+    messages = [accept(gate, cluster, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
+    for m in messages:
+        hints.write_pending(cluster, m, 60)
+    assert len({cluster.keyslot(keys.pending(v)) for v in voucher_ids}) > 1
+    assert len({cluster.get_node_from_key(keys.order_status(m.order_id)).name for m in messages}) > 1
+    cluster.script_flush()
+    assert cluster.script_exists(scripts.settle.sha) == [False]
+
+    outcomes = persist_orders(db, cluster, scripts, messages)
+
+    assert outcomes == [Decision("CONFIRMED")] * len(messages)
+    for m in messages:
+        assert not cluster.hexists(keys.pending(m.voucher_id), str(m.user_id))
+        assert json.loads(cluster.get(keys.order_status(m.order_id)))["status"] == "CONFIRMED"

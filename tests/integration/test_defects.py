@@ -1,9 +1,8 @@
-"""One test per defect of the original design (docs/defects.md, D1-D8) and per
-persister outcome (docs/contract.md).
+"""One test per defect of the original design (docs/defects.md, D1-D8); the persister's
+outcomes (docs/contract.md) are one table, tests/outcomes.py.
 
-Each docstring names the defect or the outcome; each body runs the real path: Lua
-on a real Redis, MariaDB, the Lambda handlers, and the queues' own redrive on a
-moto SQS server.
+Each docstring names the defect; each body runs the real path: Lua on a real Redis,
+MariaDB, the Lambda handlers, and the queues on a moto SQS server.
 """
 
 from __future__ import annotations
@@ -13,21 +12,20 @@ import random
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from seckill import keys
-from seckill.db import Credentials, Database
+from seckill.db import Database
 from seckill.errors import Conflict, NotFound
 from seckill.gate import SOLD_OUT, Gate
 from seckill.ids import next_order_id
-from seckill.messages import OrderMessage, OrderQueue, queue_depth
-from seckill.orders import order_status
+from seckill.messages import OrderQueue, queue_depth
 from seckill.scripts import Scripts, lua_dir, read_script
 from seckill_local.feeder import sqs_event
-from tests.helpers import accept, body, db_rows, drain, load_event, new_user, reconcile_voucher
+from tests.helpers import accept, body, db_rows, load_event, new_user, reconcile_voucher
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
@@ -339,128 +337,3 @@ def test_defect_success_before_persisted_is_202_then_the_status_route(
 
     data = body(api(status_event(order_id, user_id)))["data"]
     assert (data["orderId"], data["status"], data["reason"]) == (order_id, status, reason)
-
-
-# --- the persister's outcomes: what the database finds ------------------------------------------------------------
-
-
-def test_row_inserted_and_decremented_is_confirmed_and_pending_mark_cleared(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
-) -> None:
-    """Outcome "order inserted, stock decremented | CONFIRMED; the pending mark in Redis is cleared" """
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    assert redis.hexists(keys.pending(voucher_id), str(message.user_id))
-    send(sqs, queue_url, message.to_json())
-
-    assert poll(queue_url) == ([message.to_json()], [])
-
-    assert order_status(db, redis, message.order_id, message.user_id)["status"] == "CONFIRMED"
-    assert db_stock(db, voucher_id) == 4
-    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))
-
-
-def test_row_same_order_id_again_is_success_and_changes_nothing(
-    redis: Any, sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, make_voucher: Callable
-) -> None:
-    """Outcome "the same order id already stored (redelivery, replay) | success, nothing changes" """
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    send(sqs, queue_url, message.to_json())
-    assert poll(queue_url) == ([message.to_json()], [])
-    rejections = "SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s"
-
-    send(sqs, queue_url, message.to_json(), message.to_json())
-    assert poll(queue_url) == ([message.to_json()] * 2, [])
-
-    assert order_ids(db, voucher_id) == {message.order_id}
-    assert db_stock(db, voucher_id) == 4
-    assert db_rows(db, rejections, voucher_id) == []
-
-
-def test_row_same_user_other_order_is_failed_duplicate_recorded_not_retried(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
-) -> None:
-    """Outcome "this user already has another order for the voucher | FAILED `DUPLICATE_ORDER`,
-    recorded, not retried" """
-    voucher_id = make_voucher(stock=5)
-    first = accept(gate, redis, voucher_id)
-    send(sqs, queue_url, first.to_json())
-    assert poll(queue_url) == ([first.to_json()], [])
-    # Another order id for the same user, e.g. after a Redis failover forgot the buyer.
-    second = OrderMessage(next_order_id(redis), first.user_id, voucher_id, datetime.now(UTC))
-    send(sqs, queue_url, second.to_json())
-
-    assert poll(queue_url) == ([second.to_json()], [])
-
-    assert queue_depth(sqs, queue_url) == 0
-    decided = order_status(db, redis, second.order_id, second.user_id)
-    assert (decided["status"], decided["reason"]) == ("FAILED", "DUPLICATE_ORDER")
-    assert order_ids(db, voucher_id) == {first.order_id}
-    assert db_stock(db, voucher_id) == 4
-
-
-def test_row_database_stock_zero_is_failed_sold_out_recorded_not_retried(
-    sqs: Any, queue_url: str, poll: Poll, gate: Gate, db: Database, redis: Any, make_voucher: Callable
-) -> None:
-    """Outcome "stock already 0 in the database | FAILED `SOLD_OUT`, recorded, not retried" """
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    send(sqs, queue_url, message.to_json())
-
-    assert poll(queue_url) == ([message.to_json()], [])
-
-    assert queue_depth(sqs, queue_url) == 0
-    decided = order_status(db, redis, message.order_id, message.user_id)
-    assert (decided["status"], decided["reason"]) == ("FAILED", "SOLD_OUT")
-    assert order_ids(db, voucher_id) == set()
-    assert db_stock(db, voucher_id) == 0
-    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))
-
-
-def test_row_malformed_message_is_a_batch_item_failure_and_reaches_the_dlq(
-    sqs: Any, queues: dict[str, str], poll: Poll
-) -> None:
-    """Outcome "malformed message | reported as a batch item failure; reaches the DLQ" """
-    queue, dlq = queues["OrderQueue"], queues["OrderDeadLetterQueue"]
-    policy = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
-    send(sqs, queue, MALFORMED)
-
-    for _ in range(json.loads(policy)["maxReceiveCount"]):
-        assert poll(queue) == ([], [MALFORMED])
-    assert poll(queue) == ([], [])  # this receive is the one on which the queue moved it
-
-    assert [m["Body"] for m in drain(sqs, dlq)] == [MALFORMED]
-    assert queue_depth(sqs, queue) == 0
-
-
-def test_row_database_unreachable_is_a_batch_item_failure_then_retried_by_sqs(
-    sqs: Any,
-    queue_url: str,
-    poll: Poll,
-    handlers: dict[str, Handler],
-    creds: Credentials,
-    gate: Gate,
-    db: Database,
-    redis: Any,
-    make_voucher: Callable,
-) -> None:
-    """Outcome "database unreachable, deadlock, timeout | batch item failure: SQS retries, then the DLQ"
-
-    (How a failure that outlives maxReceiveCount reaches the DLQ is the malformed row's test.)"""
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    send(sqs, queue_url, message.to_json())
-    module = sys.modules[handlers["OrderPersisterFunction"].__module__]
-    unreachable = Database(Credentials("127.0.0.1", 1, creds.user, creds.password, creds.database))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "db", unreachable)
-        assert poll(queue_url) == ([], [message.to_json()])
-    assert redis.hexists(keys.pending(voucher_id), str(message.user_id))  # nothing decided
-
-    assert poll(queue_url) == ([message.to_json()], [])  # the database is back: the retry succeeds
-
-    assert order_ids(db, voucher_id) == {message.order_id}
-    assert db_stock(db, voucher_id) == 4
-    assert not redis.hexists(keys.pending(voucher_id), str(message.user_id))

@@ -1,331 +1,411 @@
-"""``persist_order`` against the real MariaDB and Redis: every persister outcome (docs/contract.md),
-and the order message's parsing."""
+"""The persister's decisions against the real MariaDB and Redis (and a moto poison queue):
+the outcome table of docs/contract.md (tests/outcomes.py), one record at a time; what a
+batch adds (orders that meet in one batch, one transaction, a transaction that fails, a
+batch delivered again, persisters at work side by side); and the order message's parsing."""
 
 from __future__ import annotations
 
 import json
-import secrets
+import random
 import threading
-from collections.abc import Callable
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import pymysql
 import pytest
 
-from seckill import hints, keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate
+from seckill import keys
+from seckill.db import Credentials, Database, connect, is_connection_error
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
-from seckill.persistence import Decision, OrderIdConflict, persist_order
-from seckill.timeutil import to_db
-from tests.helpers import accept, db_rows, new_user
+from seckill.persistence import Decision, Outcome, persist_orders
+from seckill.poison import Failed, Poisoned, PoisonQueue, take_batch
+from seckill.scripts import Scripts
+from seckill_demo.proxy import LossyProxy
+from tests.helpers import db_rows, new_user
+from tests.outcomes import ROWS, Arena, Row, check_effects, check_poison_queue, check_taken, received, seen
+
+# --- the outcome table, one record at a time ------------------------------------------------------------
 
 
-def fabricated(voucher_id: int, user_id: int, redis: Any) -> OrderMessage:
-    """A message the gate never saw (drift between Redis and MySQL, or a replay)."""
-    return OrderMessage(next_order_id(redis), user_id, voucher_id, datetime.now(UTC))
-
-
-def db_stock(db: Database, voucher_id: int) -> int | None:
-    rows = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
-    return int(rows[0]["stock"]) if rows else None
-
-
-def orders(db: Database, **where: int) -> list[dict[str, Any]]:
-    clause = " AND ".join(f"{column} = %s" for column in where)
-    return db_rows(db, f"SELECT * FROM tb_voucher_order WHERE {clause}", *where.values())
-
-
-def rejection(db: Database, order_id: int) -> dict[str, Any] | None:
-    rows = db_rows(db, "SELECT * FROM tb_voucher_order_rejection WHERE order_id = %s", order_id)
-    return rows[0] if rows else None
-
-
-def pending_mark(redis: Any, message: OrderMessage) -> str | None:
-    return redis.hget(keys.pending(message.voucher_id), str(message.user_id))
-
-
-# --- inserted, stock decremented -> CONFIRMED ----------------------------------------------
-
-
-def test_confirmed_inserts_decrements_and_clears_the_pending_mark(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+@pytest.mark.parametrize("poisoning", [True, False], ids=["poison queue", "no poison queue"])
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_outcome(
+    row: Row, poisoning: bool, arena: Arena, db: Database, redis: Any, scripts: Scripts, sqs: Any, queues: dict
 ) -> None:
-    voucher_id = make_voucher(stock=10)
-    message = accept(gate, redis, voucher_id)
-    assert pending_mark(redis, message) is not None
+    poison_url = queues["OrderPoisonQueue"]
+    poison = PoisonQueue(sqs, poison_url) if poisoning else None
+    case = row.arrange(arena)
+    before = seen(db, redis, case)
 
-    decision = persist_order(db, redis, gate, message)
+    (taken,) = take_batch(case.db or db, redis, scripts, poison, [case.record()])
 
-    assert decision == Decision("CONFIRMED", None, changed=True)
-    [row] = orders(db, id=message.order_id)
-    assert (row["user_id"], row["voucher_id"], row["status"]) == (message.user_id, voucher_id, 1)
-    # The order's time is when the gate accepted it, not when it was persisted.
-    assert row["create_time"] == to_db(message.accepted_at)
-    assert db_stock(db, voucher_id) == 9
-    assert rejection(db, message.order_id) is None
-    assert pending_mark(redis, message) is None
-    # Confirming does not give anything back in Redis.
-    assert redis.sismember(keys.buyers(voucher_id), str(message.user_id))
-    assert int(redis.get(keys.stock(voucher_id))) == 9
+    check_taken(row.expect, taken, poisoning=poisoning)
+    check_effects(case, row.expect, before, seen(db, redis, case))
+    poisoned = [case] if isinstance(taken, Poisoned) else []
+    check_poison_queue(received(sqs, poison_url, len(poisoned)), poisoned)
+    if isinstance(taken, Failed):
+        # SQS delivers it again, to a persister whose database answers.
+        again = row.again or row.expect
+        before = seen(db, redis, case)
+        (retaken,) = take_batch(db, redis, scripts, poison, [case.record()])
+        check_taken(again, retaken, poisoning=poisoning)
+        check_effects(case, again, before, seen(db, redis, case))
 
 
-def test_same_order_id_again_changes_nothing(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+# --- what a batch adds ------------------------------------------------------------------------------------
+
+
+def described(outcomes: Sequence[Outcome]) -> list[tuple[str, str | None, bool] | str]:
+    return [(o.status, o.reason, o.changed) if isinstance(o, Decision) else type(o).__name__ for o in outcomes]
+
+
+def db_stock(db: Database, voucher_id: int) -> int:
+    (row,) = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    return int(row["stock"])
+
+
+def stored(db: Database, *voucher_ids: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]:
+    """Every order and rejection of these vouchers, and their stock."""
+    marks = ", ".join(["%s"] * len(voucher_ids))
+    orders = db_rows(db, f"SELECT * FROM tb_voucher_order WHERE voucher_id IN ({marks}) ORDER BY id", *voucher_ids)
+    rejections = db_rows(
+        db, f"SELECT * FROM tb_voucher_order_rejection WHERE voucher_id IN ({marks}) ORDER BY order_id", *voucher_ids
+    )
+    return orders, rejections, [db_stock(db, v) for v in voucher_ids]
+
+
+def statements(db: Database) -> Counter[str]:
+    """MariaDB's own count of the statements this thread's connection has run."""
+    with db.connection().cursor() as cursor:
+        cursor.execute(
+            "SHOW SESSION STATUS WHERE Variable_name IN"
+            " ('Com_commit', 'Com_rollback', 'Com_select', 'Com_insert', 'Com_update')"
+        )
+        return Counter({row["Variable_name"]: int(row["Value"]) for row in cursor.fetchall()})
+
+
+def in_one_transaction(db: Database, redis: Any, scripts: Scripts, messages: list[OrderMessage]) -> list[Outcome]:
+    """``persist_orders``, which must decide the batch in one transaction: were it to fall
+    back to one transaction per order, outcomes would hide a fault of the batch's own."""
+    before = statements(db)
+    outcomes = persist_orders(db, redis, scripts, messages)
+    ran = statements(db) - before
+    assert (ran["Com_commit"], ran["Com_rollback"]) == (1, 0)
+    return outcomes
+
+
+def test_a_batch_is_one_transaction_with_one_decrement_per_voucher(
+    arena: Arena, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=10)
-    message = accept(gate, redis, voucher_id)
-    assert persist_order(db, redis, gate, message).changed is True
+    hot, other, sold_out = (arena.make_voucher(stock=20) for _ in range(3))
+    arena.set_stock(sold_out, 0)
+    vouchers = [hot, other, hot, sold_out, hot, other, hot, hot, other, hot]
+    messages = [arena.accept(v) for v in vouchers]
+    before = statements(db)
 
-    for _ in range(3):
-        assert persist_order(db, redis, gate, message) == Decision("CONFIRMED", None, changed=False)
-    assert len(orders(db, id=message.order_id)) == 1
-    assert db_stock(db, voucher_id) == 9
-    assert rejection(db, message.order_id) is None
+    outcomes = persist_orders(db, redis, scripts, messages)
+
+    ran = statements(db) - before
+    # Lock the vouchers, read what is stored, insert the orders, one decrement per
+    # voucher, insert the rejections, commit.
+    assert ran == Counter({"Com_commit": 1, "Com_select": 2, "Com_insert": 2, "Com_update": 2})
+    assert described(outcomes) == [
+        ("FAILED", "SOLD_OUT", True) if v == sold_out else ("CONFIRMED", None, True) for v in vouchers
+    ]
+    assert [db_stock(db, v) for v in (hot, other, sold_out)] == [14, 17, 0]
+    for m in messages:  # every pending mark cleared, every hint final
+        assert redis.hget(keys.pending(m.voucher_id), str(m.user_id)) is None
+        assert json.loads(redis.get(keys.order_status(m.order_id)))["status"] != "PENDING"
 
 
-def test_redelivery_of_a_confirmed_order_with_a_later_reservation_pending(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+@pytest.mark.parametrize(
+    ("stock", "expected"),
+    [
+        (5, [("CONFIRMED", None, True), ("FAILED", "DUPLICATE_ORDER", True)]),
+        # Neither is stored, so the second is no duplicate: both are refused for the stock.
+        (0, [("FAILED", "SOLD_OUT", True), ("FAILED", "SOLD_OUT", True)]),
+    ],
+    ids=["stock left", "sold out"],
+)
+def test_the_same_user_twice_in_a_batch_the_first_wins(
+    arena: Arena, db: Database, redis: Any, scripts: Scripts, stock: int, expected: list[tuple[str, Any, bool]]
 ) -> None:
-    voucher_id = make_voucher(stock=10)
-    message = accept(gate, redis, voucher_id)
-    persist_order(db, redis, gate, message)
-    # Some later pending mark of the same user (e.g. written by hand while reconciling).
-    redis.hset(keys.pending(voucher_id), str(message.user_id), "1:other:42")
-    persist_order(db, redis, gate, message)
-    # A redelivery settles only its own order id.
-    assert pending_mark(redis, message) == "1:other:42"
+    voucher_id = arena.make_voucher(stock=5)
+    arena.set_stock(voucher_id, stock)
+    first = arena.accept(voucher_id)
+    second = arena.fabricate(voucher_id, first.user_id)
+
+    assert described(in_one_transaction(db, redis, scripts, [first, second])) == expected
+
+    orders, rejections, stocks = stored(db, voucher_id)
+    assert [int(o["id"]) for o in orders] == ([first.order_id] if stock else [])
+    assert {int(r["order_id"]): r["reason"] for r in rejections} == {
+        m.order_id: reason for m, (_, reason, _) in zip((first, second), expected, strict=True) if reason
+    }
+    assert stocks == [max(stock - 1, 0)]
 
 
-# --- this user already has another order -> DUPLICATE_ORDER -------------------------------
+def test_the_same_order_id_twice_in_a_batch(arena: Arena, db: Database, redis: Any, scripts: Scripts) -> None:
+    """A message stored twice by SQS may come twice in one batch; an id the counter
+    handed out twice (for another user) is a conflict there too."""
+    voucher_id = arena.make_voucher(stock=5)
+    m = arena.accept(voucher_id)
+    clash = replace(m, user_id=new_user())
+
+    outcomes = in_one_transaction(db, redis, scripts, [m, m, clash])
+
+    assert described(outcomes) == [("CONFIRMED", None, True), ("CONFIRMED", None, False), "OrderIdConflict"]
+    orders, rejections, stocks = stored(db, voucher_id)
+    assert ([(int(o["id"]), int(o["user_id"])) for o in orders], rejections, stocks) == (
+        [(m.order_id, m.user_id)],
+        [],
+        [4],
+    )
 
 
-def test_another_order_of_the_same_user_fails_duplicate(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+def test_sold_out_mid_batch_the_first_orders_get_the_stock(
+    arena: Arena, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=10)
-    first = accept(gate, redis, voucher_id)
-    persist_order(db, redis, gate, first)
-    second = fabricated(voucher_id, first.user_id, redis)
+    voucher_id = arena.make_voucher(stock=6)
+    messages = [arena.accept(voucher_id) for _ in range(6)]
+    arena.set_stock(voucher_id, 3)  # the database has less than Redis let through
 
-    decision = persist_order(db, redis, gate, second)
+    outcomes = in_one_transaction(db, redis, scripts, messages)
 
-    assert decision == Decision("FAILED", "DUPLICATE_ORDER", changed=True)
-    row = rejection(db, second.order_id)
-    assert row is not None
-    assert (row["user_id"], row["voucher_id"], row["reason"]) == (first.user_id, voucher_id, "DUPLICATE_ORDER")
-    assert orders(db, id=second.order_id) == []
-    assert [r["id"] for r in orders(db, user_id=first.user_id, voucher_id=voucher_id)] == [first.order_id]
-    assert db_stock(db, voucher_id) == 9
-
-
-# --- stock already 0 in the database -> SOLD_OUT -----------------------------------------
+    assert described(outcomes) == [("CONFIRMED", None, True)] * 3 + [("FAILED", "SOLD_OUT", True)] * 3
+    orders, rejections, stocks = stored(db, voucher_id)
+    assert [int(o["id"]) for o in orders] == sorted(m.order_id for m in messages[:3])
+    assert [int(r["order_id"]) for r in rejections] == sorted(m.order_id for m in messages[3:])
+    assert stocks == [0]
+    hints = [json.loads(redis.get(keys.order_status(m.order_id))) for m in messages]
+    assert [(h["status"], h["reason"]) for h in hints] == [("CONFIRMED", None)] * 3 + [("FAILED", "SOLD_OUT")] * 3
+    assert not redis.exists(keys.pending(voucher_id))
 
 
-def test_database_stock_zero_fails_sold_out_and_clears_the_mark(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_decides_as_its_orders_would_one_by_one(
+    seed: int, arena: Arena, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    # Redis and MySQL drifted: the database has nothing left.
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
+    """Random batches over two vouchers with little stock, users ordering twice, the
+    same message twice and an order id reused by another user: the batch's outcomes
+    are those of its orders persisted one at a time, each in its own transaction."""
+    rng = random.Random(seed)
+    stocks = [rng.randint(0, 4), rng.randint(0, 4)]
+    users = [new_user() for _ in range(5)]
+    plan: list[tuple[int, int, int]] = []  # (voucher, user, order) indexes, in message order
+    for _ in range(10):
+        if plan and rng.random() < 0.2:
+            voucher, user, order = rng.choice(plan)
+            plan.append((voucher, user if rng.random() < 0.7 else (user + 1) % len(users), order))
+        else:
+            plan.append((rng.randrange(2), rng.randrange(len(users)), len(plan)))
 
-    decision = persist_order(db, redis, gate, message)
+    def run(persist: Callable[[list[OrderMessage]], list[Outcome]]) -> tuple[list[Any], Any]:
+        """The outcomes, and what the database holds after (orders by their plan's index)."""
+        vouchers = [arena.make_voucher(stock=5) for _ in stocks]
+        for voucher_id, stock in zip(vouchers, stocks, strict=True):
+            arena.set_stock(voucher_id, stock)
+        order_ids: dict[int, int] = {}
+        now = datetime.now(UTC).replace(microsecond=0)
+        messages = [
+            OrderMessage(order_ids.setdefault(order, next_order_id(redis)), users[user], vouchers[voucher], now)
+            for voucher, user, order in plan
+        ]
+        outcomes = described(persist(messages))
+        orders, rejections, left = stored(db, *vouchers)
+        index = {order_id: order for order, order_id in order_ids.items()}
+        held = (
+            sorted((index[int(o["id"])], int(o["user_id"])) for o in orders),
+            sorted((index[int(r["order_id"])], int(r["user_id"]), r["reason"]) for r in rejections),
+            left,
+        )
+        return outcomes, held
 
-    assert decision == Decision("FAILED", "SOLD_OUT", changed=True)
-    assert orders(db, id=message.order_id) == []
-    assert orders(db, user_id=message.user_id, voucher_id=voucher_id) == []
-    row = rejection(db, message.order_id)
-    assert row is not None
-    assert row["reason"] == "SOLD_OUT"
-    assert db_stock(db, voucher_id) == 0
-    # Decided (as failed): the pending mark goes too.
-    assert pending_mark(redis, message) is None
+    batch = run(lambda messages: in_one_transaction(db, redis, scripts, messages))
+    alone = run(lambda messages: [persist_orders(db, redis, scripts, [m])[0] for m in messages])
+    assert batch == alone
 
 
-def test_last_unit_goes_to_the_first_order_only(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+def test_a_batch_delivered_again_changes_nothing(arena: Arena, db: Database, redis: Any, scripts: Scripts) -> None:
+    hot, sold_out = arena.make_voucher(stock=3), arena.make_voucher(stock=5)
+    arena.set_stock(sold_out, 0)
+    won = [arena.accept(hot) for _ in range(3)]
+    batch = [won[0], arena.fabricate(hot, won[0].user_id), won[1], arena.accept(sold_out), won[2]]
+    first = in_one_transaction(db, redis, scripts, batch)
+    kept = stored(db, hot, sold_out)
+    for m in batch:
+        arena.hint(m)  # PENDING again: a redelivery must leave the hints alone
+
+    # Delivered again, in another order (as a replay from the DLQ would be).
+    again = in_one_transaction(db, redis, scripts, list(reversed(batch)))
+
+    assert described(again) == [(d.status, d.reason, False) for d in reversed(first) if isinstance(d, Decision)]
+    assert stored(db, hot, sold_out) == kept
+    assert {json.loads(redis.get(keys.order_status(m.order_id)))["status"] for m in batch} == {"PENDING"}
+
+
+# --- a batch whose transaction fails ---------------------------------------------------------------------
+
+
+def running(creds: Credentials, statement: str, timeout: float = 20) -> int:
+    """The connection id of the session of this suite's database that runs ``statement``,
+    once it does."""
+    admin = connect(creds)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            with admin.cursor() as cursor:
+                cursor.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND INFO LIKE %s",
+                    (creds.database, statement + "%"),
+                )
+                row = cursor.fetchone()
+            if row is not None:
+                return int(row["ID"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no session runs {statement!r}")
+            time.sleep(0.01)
+    finally:
+        admin.close()
+
+
+def in_thread(work: Callable[[], list[Outcome]]) -> Callable[[], list[Outcome]]:
+    """Starts ``work`` in a thread; the returned call waits for its outcomes."""
+    done: list[list[Outcome]] = []
+    thread = threading.Thread(target=lambda: done.append(work()))
+    thread.start()
+
+    def outcomes() -> list[Outcome]:
+        thread.join(timeout=60)
+        assert done, "the persister did not finish"
+        return done[0]
+
+    return outcomes
+
+
+def test_a_batch_whose_connection_is_killed_runs_again_on_a_new_one(
+    arena: Arena, creds: Credentials, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=1)
-    winner = accept(gate, redis, voucher_id)
-    late = fabricated(voucher_id, new_user(), redis)
-    assert persist_order(db, redis, gate, winner).status == "CONFIRMED"
-    assert persist_order(db, redis, gate, late) == Decision("FAILED", "SOLD_OUT", changed=True)
-    assert db_stock(db, voucher_id) == 0
-    assert [r["id"] for r in orders(db, voucher_id=voucher_id)] == [winner.order_id]
+    voucher_id = arena.make_voucher(stock=5)
+    messages = [arena.accept(voucher_id) for _ in range(4)]
+    holder = connect(creds)  # holds the voucher's row, so the batch waits for it
+    with holder.cursor() as cursor:
+        cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
+    outcomes = in_thread(lambda: persist_orders(Database(creds), redis, scripts, messages))
+
+    victim = running(creds, "SELECT voucher_id, stock FROM tb_seckill_voucher")
+    with connect(creds).cursor() as cursor:
+        cursor.execute(f"KILL CONNECTION {victim}")
+    holder.commit()
+    holder.close()
+
+    # Nothing was committed on the killed connection: the whole batch ran again.
+    assert described(outcomes()) == [("CONFIRMED", None, True)] * 4
+    orders, rejections, stocks = stored(db, voucher_id)
+    assert (sorted(int(o["id"]) for o in orders), rejections, stocks) == (sorted(m.order_id for m in messages), [], [1])
+    assert not redis.exists(keys.pending(voucher_id))
 
 
-# --- unknown voucher -----------------------------------------------------------------------
-
-
-def test_unknown_voucher_fails_voucher_not_found(db: Database, gate: Gate, redis: Any) -> None:
-    voucher_id = secrets.randbelow(10**12) + 10**15  # far above the suite's AUTO_INCREMENT
-    message = fabricated(voucher_id, new_user(), redis)
-
-    assert persist_order(db, redis, gate, message) == Decision("FAILED", "VOUCHER_NOT_FOUND", changed=True)
-    # The inserted order rolled back with its transaction.
-    assert orders(db, id=message.order_id) == []
-    row = rejection(db, message.order_id)
-    assert row is not None
-    assert row["reason"] == "VOUCHER_NOT_FOUND"
-
-
-# --- a rejected order stays rejected --------------------------------------------------------
-
-
-def test_rejected_order_redelivered_stays_failed_never_both(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+def test_a_batch_whose_commit_answer_is_lost_fails_whole_then_its_redelivery_changes_nothing(
+    arena: Arena, creds: Credentials, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    assert persist_order(db, redis, gate, message).reason == "SOLD_OUT"
+    """MySQL committed, but the answer never came: the persister cannot know, so every
+    record fails and SQS delivers the batch again, which finds it all stored."""
+    voucher_id = arena.make_voucher(stock=5)
+    messages = [arena.accept(voucher_id) for _ in range(4)]
+    with LossyProxy(creds.host, creds.port) as proxy:
+        # COM_QUERY's command byte, then the statement: not the SET AUTOCOMMIT of the handshake.
+        proxy.only_after, proxy.drop_replies = b"\x03COMMIT", 1
+        lossy = Database(replace(creds, host="127.0.0.1", port=proxy.port))
+        outcomes = persist_orders(lossy, redis, scripts, messages)
+        assert proxy.dropped == 1
 
-    # Stock comes back in the database; a redelivery must still not confirm the order.
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 5 WHERE voucher_id = %s", voucher_id)
-    for _ in range(2):
-        assert persist_order(db, redis, gate, message) == Decision("FAILED", "SOLD_OUT", changed=False)
-    assert orders(db, id=message.order_id) == []
-    assert db_stock(db, voucher_id) == 5
-    assert len(db_rows(db, "SELECT * FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)) == 1
+    assert all(isinstance(o, Exception) and is_connection_error(o) for o in outcomes), outcomes
+    assert stored(db, voucher_id)[2] == [1]  # it had committed
+    assert all(redis.hexists(keys.pending(voucher_id), str(m.user_id)) for m in messages)  # Redis untouched
+
+    again = in_one_transaction(db, redis, scripts, messages)
+
+    assert described(again) == [("CONFIRMED", None, False)] * 4
+    orders, rejections, stocks = stored(db, voucher_id)
+    assert (sorted(int(o["id"]) for o in orders), rejections, stocks) == (sorted(m.order_id for m in messages), [], [1])
+    assert not redis.exists(keys.pending(voucher_id))
 
 
-def test_duplicate_redelivered_stays_failed(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+def test_a_batch_transaction_that_fails_is_decided_again_order_by_order(
+    arena: Arena, creds: Credentials, db: Database, redis: Any, scripts: Scripts
 ) -> None:
-    voucher_id = make_voucher(stock=5)
-    first = accept(gate, redis, voucher_id)
-    persist_order(db, redis, gate, first)
-    second = fabricated(voucher_id, first.user_id, redis)
-    persist_order(db, redis, gate, second)
-    assert persist_order(db, redis, gate, second) == Decision("FAILED", "DUPLICATE_ORDER", changed=False)
-    assert orders(db, id=second.order_id) == []
-    assert db_stock(db, voucher_id) == 4
+    """A writer outside the locking rules stores an order of one of the batch's users
+    while the batch inserts: the batch's INSERT meets a duplicate key and its transaction
+    rolls back; each order then has a transaction of its own, and only that user's fails."""
+    voucher_id = arena.make_voucher(stock=5)
+    messages = [arena.accept(voucher_id) for _ in range(4)]
+    outsider = connect(creds)
+    with outsider.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO tb_voucher_order (id, user_id, voucher_id) VALUES (%s, %s, %s)",
+            (next_order_id(redis), messages[1].user_id, voucher_id),
+        )
+    outcomes = in_thread(lambda: persist_orders(Database(creds), redis, scripts, messages))
+
+    running(creds, "INSERT INTO tb_voucher_order")  # waiting for the outsider's row
+    outsider.commit()
+    outsider.close()
+
+    confirmed = ("CONFIRMED", None, True)
+    assert described(outcomes()) == [confirmed, ("FAILED", "DUPLICATE_ORDER", True), confirmed, confirmed]
+    assert db_stock(db, voucher_id) == 2
+    assert not redis.exists(keys.pending(voucher_id))
 
 
-# --- concurrent deliveries of one message -----------------------------------------------
+# --- persisters side by side ----------------------------------------------------------------------------
 
 
-def test_concurrent_redeliveries_confirm_once(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
+def test_persisters_on_overlapping_batches_never_oversell_nor_confirm_twice(
+    db: Database, redis: Any, scripts: Scripts, make_voucher: Callable[..., int]
 ) -> None:
-    voucher_id = make_voucher(stock=10)
-    message = accept(gate, redis, voucher_id)
-    decisions: list[Decision] = []
-    start = threading.Barrier(4)
+    """Three persisters (threads, each with its own connection) get every message of two
+    vouchers, shuffled and cut into batches of 8 differently: each batch's vouchers
+    come in both orders. More orders than stock."""
+    stocks = {make_voucher(stock=6): 6, make_voucher(stock=4): 4}
+    vouchers = list(stocks)
+    now = datetime.now(UTC).replace(microsecond=0)
+    on = [vouchers[1] if i % 3 == 0 else vouchers[0] for i in range(24)]  # 16 orders for 6, 8 for 4
+    messages = [OrderMessage(next_order_id(redis), new_user(), voucher_id, now) for voucher_id in on]
+    start = threading.Barrier(3)
+    results: list[list[tuple[OrderMessage, Outcome]]] = [[] for _ in range(3)]
 
-    def deliver() -> None:
+    def persister(n: int) -> None:
+        mine = random.Random(n).sample(messages, len(messages))
         start.wait()
-        decisions.append(persist_order(db, redis, gate, message))  # each thread has its own connection
+        for i in range(0, len(mine), 8):
+            batch = mine[i : i + 8]
+            results[n].extend(zip(batch, persist_orders(db, redis, scripts, batch), strict=True))
 
-    workers = [threading.Thread(target=deliver) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    threads = [threading.Thread(target=persister, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
 
-    assert sorted(d.changed for d in decisions) == [False, False, False, True]
-    assert {d.status for d in decisions} == {"CONFIRMED"}
-    assert db_stock(db, voucher_id) == 9
-    assert len(orders(db, id=message.order_id)) == 1
-
-
-def test_concurrent_redeliveries_of_a_rejected_order_record_it_once(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
-) -> None:
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    decisions: list[Decision] = []
-    deadlocks: list[pymysql.err.OperationalError] = []
-    start = threading.Barrier(4)
-
-    def deliver() -> None:
-        start.wait()
-        try:
-            decisions.append(persist_order(db, redis, gate, message))
-        except pymysql.err.OperationalError as exc:
-            # Waiters on a rolled-back duplicate insert may deadlock: the contract has SQS retry those.
-            deadlocks.append(exc)
-
-    workers = [threading.Thread(target=deliver) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert all(exc.args[0] == 1213 for exc in deadlocks)
-    # The retries SQS would make.
-    decisions.extend(persist_order(db, redis, gate, message) for _ in deadlocks)
-
-    # Exactly one delivery recorded the refusal; the others found it decided.
-    assert sorted(d.changed for d in decisions) == [False, False, False, True]
-    assert {(d.status, d.reason) for d in decisions} == {("FAILED", "SOLD_OUT")}
-    assert orders(db, id=message.order_id) == []
-
-
-# --- database unreachable --------------------------------------------------------------------
-
-
-def test_unreachable_database_propagates_and_writes_nothing(
-    db: Database, creds: Credentials, gate: Gate, redis: Any, make_voucher: Callable[..., int]
-) -> None:
-    voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
-    mark = pending_mark(redis, message)
-    unreachable = Database(replace(creds, port=1))
-
-    with pytest.raises(pymysql.err.OperationalError):
-        persist_order(unreachable, redis, gate, message)
-
-    # SQS will retry: nothing was decided, so the pending mark stays for the retry.
-    assert pending_mark(redis, message) == mark
-    assert orders(db, id=message.order_id) == []
-    assert rejection(db, message.order_id) is None
-    assert db_stock(db, voucher_id) == 5
-    # The retry, once the database is back, confirms it.
-    assert persist_order(db, redis, gate, message).status == "CONFIRMED"
-
-
-# --- the order message -----------------------------------------------------------------------
-
-
-def test_an_order_id_held_by_another_order_is_never_taken_for_a_redelivery(
-    redis: Any, db: Database, gate: Gate, make_voucher: Callable[..., int]
-) -> None:
-    """If the id counter ever went back (Redis lost it within the same second), a new
-    order could arrive under a stored order's id: it must fail loudly (SQS retries,
-    then the DLQ and its alarm), not be absorbed as a redelivery and lost."""
-    voucher_id = make_voucher(stock=5)
-    first = accept(gate, redis, voucher_id)
-    assert persist_order(db, redis, gate, first).status == "CONFIRMED"
-    clash = replace(first, user_id=new_user())
-    with pytest.raises(OrderIdConflict):
-        persist_order(db, redis, gate, clash)
-    assert [row["user_id"] for row in orders(db, id=first.order_id)] == [first.user_id]
-    assert rejection(db, first.order_id) is None
-    assert db_stock(db, voucher_id) == 4
-
-
-def test_a_rejected_order_id_reused_for_another_user_is_a_conflict_not_a_redelivery(
-    db: Database, gate: Gate, redis: Any, make_voucher: Callable[..., int]
-) -> None:
-    """An id stored as FAILED arriving again for another user is not "already decided":
-    absorbing it would lose that user's order and rewrite the status hint to them,
-    showing them another user's order."""
-    voucher_id = make_voucher(stock=5)
-    first = accept(gate, redis, voucher_id)
-    hints.write_pending(redis, first, 60)
-    db_rows(db, "UPDATE tb_seckill_voucher SET stock = 0 WHERE voucher_id = %s", voucher_id)
-    assert persist_order(db, redis, gate, first) == Decision("FAILED", "SOLD_OUT")
-    hint = redis.get(keys.order_status(first.order_id))
-    assert json.loads(hint)["userId"] == first.user_id
-    clash = replace(first, user_id=new_user())
-    with pytest.raises(OrderIdConflict):
-        persist_order(db, redis, gate, clash)
-    assert rejection(db, first.order_id)["user_id"] == first.user_id
-    assert redis.get(keys.order_status(first.order_id)) == hint
-    # The same order again is still absorbed as decided.
-    assert persist_order(db, redis, gate, first) == Decision("FAILED", "SOLD_OUT", changed=False)
+    by_order: dict[int, list[Outcome]] = {}
+    for m, outcome in (pair for result in results for pair in result):
+        by_order.setdefault(m.order_id, []).append(outcome)
+    assert len(by_order) == len(messages)
+    assert all(len(outcomes) == 3 for outcomes in by_order.values())
+    for outcomes in by_order.values():
+        assert all(isinstance(o, Decision) for o in outcomes), outcomes
+        decisions = [o for o in outcomes if isinstance(o, Decision)]
+        assert [d.changed for d in decisions].count(True) == 1  # decided once, found decided twice
+        assert len({(d.status, d.reason) for d in decisions}) == 1
+    for voucher_id, stock in stocks.items():
+        orders, rejections, left = stored(db, voucher_id)
+        ours = {m.order_id for m in messages if m.voucher_id == voucher_id}
+        assert (len(orders), left) == (stock, [0])
+        assert {int(o["id"]) for o in orders} | {int(r["order_id"]) for r in rejections} == ours
+        assert {r["reason"] for r in rejections} == {"SOLD_OUT"}
+        assert len(orders) + len(rejections) == len(ours)
