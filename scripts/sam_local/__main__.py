@@ -175,7 +175,9 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
         env_file = LOG_DIR / "env.docker.json"
         env_file.write_text(json.dumps(box.env_vars(shipped, **ports), indent=2), encoding="utf-8")
         sam.use(env_file, chosen.invoke_image)
-        progress.detail(f"MySQL: database {box.db_name} and user {box.db_user} (granted only on it)")
+        progress.detail(
+            f"MySQL: database {box.db_name} and user {box.db_user} (granted only on it); Redis db {box.redis_db}"
+        )
         progress.detail(f"SQS and STS: moto at {box.sqs_endpoint}, queues sam{box.run_id}-<LogicalId>")
         progress.detail(
             f"relays on {gateway} (host.docker.internal): Redis :{ports['redis_port']}, MySQL :{ports['mysql_port']}, "

@@ -10,6 +10,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -35,7 +36,12 @@ class Sandbox:
     def __init__(self, settings: Settings, template: Template) -> None:
         self.run_id = secrets.token_hex(4)
         self.template = template
-        self.settings = settings
+        # A Redis database of the run's own (1-15), as the test suite does: the global keys
+        # (seckill:loaded, the rebuild lock, the order-id counter) are not shared with other runs.
+        self.redis_db = secrets.randbelow(15) + 1
+        self.settings = replace(
+            settings, redis_url=urlunsplit(urlsplit(settings.redis_url)._replace(path=f"/{self.redis_db}"))
+        )
         self.db_name = f"seckill_sam_{self.run_id}"
         self.db_user = f"seckill_sam_{self.run_id}"
         self.db_password = secrets.token_urlsafe(18)
@@ -43,7 +49,7 @@ class Sandbox:
         self.admin = Credentials(
             settings.db_host, settings.db_port, settings.db_user, settings.db_password, self.db_name
         )
-        self.redis = redis_client(settings)
+        self.redis = redis_client(self.settings)
         self.tokens: list[str] = []
         self._user_created = False
         self._moto: ThreadedMotoServer | None = None
@@ -141,7 +147,8 @@ class Sandbox:
         put in; its hosts, its other variables and which queue each function gets stay as shipped."""
         env = copy.deepcopy(shipped)
         params = env["Parameters"]
-        params["REDIS_URL"] = _with_port(params["REDIS_URL"], redis_port)
+        redis_url = urlsplit(_with_port(params["REDIS_URL"], redis_port))
+        params["REDIS_URL"] = urlunsplit(redis_url._replace(path=f"/{self.redis_db}"))
         params["AWS_ENDPOINT_URL_SQS"] = _with_port(params["AWS_ENDPOINT_URL_SQS"], sqs_port)
         params.update(DB_PORT=str(mysql_port), DB_NAME=self.db_name, DB_USER=self.db_user, DB_PASSWORD=self.db_password)
         for function, variables in env.items():
