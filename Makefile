@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build sam-local
+.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ test: setup services validate build ## validate and build the SAM app, lint, the
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(BIN)/pytest tests/integration tests/e2e $(ARGS)
 
+openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
+	$(BIN)/seckill-openapi
+
 # Linux; as root it installs and starts what is missing (docker.io, dockerd, socat, debootstrap).
 sam-local: setup sam-setup services ## the real SAM CLI on Docker: sam build, sam local invoke of every function, start-api, all checked
 	$(BIN)/python -m scripts.sam_local --sam $(SAM_BIN)/sam $(ARGS)
@@ -78,4 +81,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) .pytest_cache .ruff_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) .pytest_cache .ruff_cache .aws-sam .hypothesis

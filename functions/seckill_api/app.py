@@ -8,7 +8,9 @@ and most presses are refused, so its path costs little more than the gate's one
 Redis round trip (none while the sold-out answer is cached):
 
 - API Gateway has matched the route already (``routeKey``), so the handler calls
-  ``press`` directly; the Powertools resolver serves every other route.
+  ``press`` directly; the Powertools resolver serves every other route (and
+  holds the press's route too, for the OpenAPI document and any event that
+  arrives without its route key).
 - A refusal is an answer, not a captured exception: it is counted in a Tally
   (summed, published every few seconds, seckill.tally), not printed per request.
 - Traces: invocations X-Ray samples get the handler's subsegment, annotated with
@@ -34,7 +36,7 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import orders, results, vouchers, warmup
+from seckill import openapi, orders, results, vouchers, warmup
 from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
@@ -101,6 +103,33 @@ def press(event: dict[str, Any]) -> Response:
     return results.ok(str(order_id), status=202, headers={"Location": f"/voucher-order/{order_id}"})
 
 
+@app.post(
+    "/voucher-order/seckill/<voucherId>",
+    operation_id="placeSeckillOrder",
+    summary="Press the seckill button: the order id, or why not",
+    **openapi.user_route(
+        {
+            202: openapi.answer(
+                "Accepted: the order is queued; it ends CONFIRMED or FAILED",
+                openapi.OrderAccepted,
+                {"Location": "the order's status route, /voucher-order/{orderId}"},
+            ),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
+            409: openapi.refused(
+                "Refused: sold out, one order per user, or outside the sale window",
+                "SOLD_OUT",
+                "DUPLICATE_ORDER",
+                "NOT_STARTED",
+                "ENDED",
+            ),
+        }
+    ),
+)
+def press_route(voucherId: openapi.IdText) -> Response[str]:
+    return press(app.current_event.raw_event)
+
+
 def require_admin() -> None:
     """Admin routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
     context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
@@ -116,8 +145,19 @@ def request_body() -> str | None:
         raise BadRequest("body: must be UTF-8 JSON") from None
 
 
-@app.get("/voucher-order/<orderId>")
-def order_status(orderId: str) -> Response:
+@app.get(
+    "/voucher-order/<orderId>",
+    operation_id="getOrderStatus",
+    summary="An order's status: PENDING, CONFIRMED or FAILED (with its reason)",
+    **openapi.user_route(
+        {
+            200: openapi.answer("The order, as its owner sees it", openapi.OrderStatusResult),
+            400: openapi.refused("The order id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such order, or another user's", "ORDER_NOT_FOUND"),
+        }
+    ),
+)
+def order_status(orderId: openapi.IdText) -> Response[str]:
     user_id = user_of(app.current_event.raw_event)
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
@@ -131,24 +171,53 @@ def page_size(value: str | None) -> int:
     return int(value)
 
 
-@app.get("/voucher/list/<shopId>")
-def list_vouchers(shopId: str) -> Response:
-    """Paged by id: ``limit`` (default 20, at most 100) and ``after`` (the last id seen);
-    a ``Link: <...>; rel="next"`` header names the next page while there is one."""
+@app.get(
+    "/voucher/list/<shopId>",
+    operation_id="listVouchers",
+    summary="A page of a shop's vouchers on sale",
+    description=f"Paged by id: `limit` (default {vouchers.PAGE_SIZE}, at most {vouchers.MAX_PAGE_SIZE}) and `after` "
+    '(the last id seen); a `Link: <...>; rel="next"` header names the next page while there is one.',
+    # Powertools hands the query parameters over (as text: the checks below name them in a 400).
+    enable_validation=True,
+    **openapi.public_route(
+        {
+            200: openapi.answer(
+                "The page, by id", openapi.VoucherPage, {"Link": '`<url>; rel="next"` while more vouchers follow'}
+            ),
+            400: openapi.refused("A parameter is malformed; the message names it", "BAD_REQUEST"),
+        }
+    ),
+)
+def list_vouchers(
+    shopId: openapi.IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None
+) -> Response[str]:
     shop_id = parse_id(shopId, "shopId")
-    query = app.current_event.query_string_parameters or {}
-    limit = page_size(query.get("limit"))
-    after = parse_id(query["after"], "after") if "after" in query else 0
-    page = vouchers.list_vouchers(db, shop_id, limit=limit, after=after)
+    page_limit = page_size(limit)
+    page = vouchers.list_vouchers(db, shop_id, limit=page_limit, after=0 if after is None else parse_id(after, "after"))
     headers: dict[str, str] = {}
     if page.next_after is not None:
-        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': limit, 'after': page.next_after})}"
+        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': page_limit, 'after': page.next_after})}"
         headers["Link"] = f'<{next_page}>; rel="next"'
     return results.ok(page.vouchers, headers=headers)
 
 
-@app.post("/voucher/seckill")
-def add_seckill_voucher() -> Response:
+@app.post(
+    "/voucher/seckill",
+    operation_id="createSeckillVoucher",
+    summary="Put a seckill voucher on sale (stock and sale window)",
+    openapi_extensions=openapi.request_body(vouchers.SeckillVoucherIn),
+    **openapi.admin_route(
+        {
+            201: openapi.answer("Created and on sale at its window; `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused(
+                "A field is missing or invalid (also: a window already ended, times outside the years 1-9999 "
+                "in UTC); the message names it",
+                "BAD_REQUEST",
+            ),
+        }
+    ),
+)
+def add_seckill_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
@@ -156,15 +225,37 @@ def add_seckill_voucher() -> Response:
     return results.ok(voucher_id, status=201)
 
 
-@app.post("/voucher")
-def add_voucher() -> Response:
+@app.post(
+    "/voucher",
+    operation_id="createVoucher",
+    summary="Create an ordinary voucher",
+    openapi_extensions=openapi.request_body(vouchers.VoucherIn),
+    **openapi.admin_route(
+        {
+            201: openapi.answer("Created; `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused("A field is missing or invalid; the message names it", "BAD_REQUEST"),
+        }
+    ),
+)
+def add_voucher() -> Response[str]:
     require_admin()
     voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
     return results.ok(vouchers.create_voucher(db, voucher), status=201)
 
 
-@app.post("/voucher/seckill/<voucherId>/stop")
-def stop_seckill_voucher(voucherId: str) -> Response:
+@app.post(
+    "/voucher/seckill/<voucherId>/stop",
+    operation_id="stopSeckillVoucher",
+    summary="Withdraw a seckill voucher: every later press answers 409 ENDED",
+    **openapi.admin_route(
+        {
+            200: openapi.answer("Withdrawn (again, if it was); `data` is its id", openapi.VoucherIdResult),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
+        }
+    ),
+)
+def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     require_admin()
     voucher_id = parse_id(voucherId, "voucherId")
     vouchers.stop_seckill_voucher(db, redis, voucher_id)

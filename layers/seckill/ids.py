@@ -19,6 +19,7 @@ COUNT_BITS = 32
 SEQUENCE_MASK = (1 << COUNT_BITS) - 1
 MAX_ID = 2**63 - 1
 _POSITIVE = re.compile(r"[1-9][0-9]{0,18}")
+ID_PATTERN = f"^{_POSITIVE.pattern}$"  # the same, for a JSON schema (values above MAX_ID still refused)
 
 
 def parse_id(value: Any, name: str) -> int:

@@ -11,11 +11,11 @@ from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 
-def ok(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def ok(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Response[str]:
     return _response(status, {"success": True, "data": data, "errorMsg": None, "code": None}, headers)
 
 
-def fail(status: int, code: str, message: str) -> Response:
+def fail(status: int, code: str, message: str) -> Response[str]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=_failure(code, message))
 
 
@@ -25,7 +25,7 @@ def _failure(code: str, message: str) -> str:
     return json.dumps({"success": False, "data": None, "errorMsg": message, "code": code}, ensure_ascii=False)
 
 
-def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None) -> Response:
+def _response(status: int, body: dict[str, Any], headers: dict[str, str] | None) -> Response[str]:
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,

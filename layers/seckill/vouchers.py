@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pymysql.cursors import DictCursor
 from redis.exceptions import RedisError
@@ -30,6 +30,17 @@ ON_SALE, WITHDRAWN = 1, 2  # tb_voucher.status
 LOADED_HORIZON = timedelta(days=1)
 PAGE_SIZE, MAX_PAGE_SIZE = 20, 100  # vouchers in a page of the list: by default, at most
 Money = Annotated[int, Field(ge=0, le=10**12)]
+# JSON Schema's date-time needs an offset; these times may come without one.
+LocalTime = Annotated[
+    datetime,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "ISO-8601; a time without an offset is read in SECKILL_TIMEZONE (UTC by default)",
+            "examples": ["2030-11-30T12:00:00+08:00", "2030-11-30T12:00:00"],
+        }
+    ),
+]
 
 
 class VoucherIn(BaseModel):
@@ -51,8 +62,8 @@ class SeckillVoucherIn(VoucherIn):
 
     type: Literal[0, 1] = SECKILL
     stock: Annotated[int, Field(gt=0, le=10_000_000)]
-    begin_time: datetime
-    end_time: datetime
+    begin_time: LocalTime
+    end_time: LocalTime
 
 
 def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> VoucherIn:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import pytest
 import redis as redis_lib
@@ -160,6 +160,31 @@ def expect_refusal(response: dict[str, Any], status: int, code: str) -> None:
 
 
 # --- POST /voucher-order/seckill/{voucherId} ---------------------------------------------------
+
+
+def test_a_press_without_its_route_key_is_answered_the_same_through_the_resolver(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    make_voucher: Callable[..., int],
+    orders_made: list[int],
+    order_queue: str,
+    sqs: Any,
+) -> None:
+    """The handler answers a press by its route key, past the resolver; the resolver
+    holds the route too (it is what the OpenAPI document is made from)."""
+    voucher_id, winner = make_voucher(stock=2), new_user()
+
+    def untagged(user_id: int | None) -> dict[str, Any]:
+        event = seckill_event(voucher_id, user_id)
+        event["routeKey"] = event["requestContext"]["routeKey"] = "$default"
+        return event
+
+    accepted = call(untagged(winner))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    assert accepted["headers"]["Location"] == f"/voucher-order/{body(accepted)['data']}"
+    assert [json.loads(m["Body"])["userId"] for m in drain(sqs, order_queue)] == [winner]
+    expect_refusal(call(untagged(winner)), 409, "DUPLICATE_ORDER")
+    expect_refusal(call(untagged(None)), 401, "UNAUTHORIZED")
 
 
 def test_seckill_accepted_is_202_with_order_id_location_and_queued_message(
@@ -1032,6 +1057,21 @@ def test_bad_paging_parameters_are_400_naming_them(
     call: Callable[[dict[str, Any]], dict[str, Any]], query: dict[str, str], name: str
 ) -> None:
     response = call(page_event(random.randint(10**12, 10**15), query))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith(name), response
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"), [("limit=5&limit=6", "limit"), ("after=5&after=6", "after"), ("limit=5&after=1&after=2", "after")]
+)
+def test_a_repeated_paging_parameter_is_400_naming_it(
+    call: Callable[[dict[str, Any]], dict[str, Any]], raw: str, name: str
+) -> None:
+    """API Gateway hands a repeated parameter over joined by commas ("5,6"), which is no number."""
+    event = list_event(random.randint(10**12, 10**15))
+    event["rawQueryString"] = raw
+    event["queryStringParameters"] = {key: ",".join(values) for key, values in parse_qs(raw).items()}
+    response = call(event)
     expect_refusal(response, 400, "BAD_REQUEST")
     assert body(response)["errorMsg"].startswith(name), response
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "seckill-tokens": "seckill_local.tokens:main",
     "seckill-local": "seckill_local.runner:main",
     "seckill-flash-sale": "seckill_demo.flash_sale:main",
+    "seckill-openapi": "seckill_local.openapi:main",
 }
 
 
@@ -47,6 +48,7 @@ def test_every_command_has_help() -> None:
         "seckill_local.tokens",
         "seckill_local.runner",
         "seckill_demo.flash_sale",
+        "seckill_local.openapi",
     ):
         done = run_python("-m", module, "--help")
         assert done.returncode == 0, module

@@ -1,0 +1,201 @@
+"""Property-based fuzzing of the HTTP API against its OpenAPI document (docs/openapi.json).
+
+Schemathesis generates requests for every operation, valid ones and invalid ones, and
+sends them to the local HTTP API (``seckill-local start-api`` in-process: the template's
+routes, the Lambda authorizer, the real functions) over real HTTP, with real MariaDB,
+moto SQS and a redis-server of this test's own (so no other run's keys can change an
+answer). User routes carry a minted token, admin routes a SigV4 signature (but for every
+``ANONYMOUS_EVERY``-th case, which has only what schemathesis made up). Every answer
+must be documented: no 5xx, a documented status, a body matching its schema, the
+documented content type.
+
+Bounded and deterministic: ``MAX_EXAMPLES`` per operation and phase, a fixed seed. The
+number of cases sent per operation is printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis as redis_lib
+import requests
+import schemathesis
+from hypothesis import strategies as st
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from seckill import keys
+from seckill.db import Credentials
+from seckill.openapi import ADMIN, USER
+from seckill.tokens import mint_tokens
+from seckill_demo.faults import PrivateRedis
+from seckill_demo.stack import free_port
+from seckill_local.lambdas import local_parameters
+from seckill_local.openapi import DOCUMENT
+from seckill_local.runner import Runner
+from seckill_local.template import TEMPLATE, Template
+from tests.e2e.test_local_runner import delete_queues_with_prefix, serving
+from tests.helpers import new_user, signed
+
+pytestmark = pytest.mark.e2e
+
+MAX_EXAMPLES = 100
+BUYERS = 500  # users pressing (more than the presses a run sends)
+ANONYMOUS_EVERY = 5  # every 5th case of an operation goes without our credentials (API Gateway refuses it)
+SEED = 20260101
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
+
+schema = schemathesis.openapi.from_path(DOCUMENT)
+schema.config.seed = SEED
+schema.config.generation.update(
+    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
+    max_examples=MAX_EXAMPLES,
+    deterministic=True,
+    database="none",
+)
+# API Gateway answers a method a path does not have with its own 404, which no OpenAPI
+# operation can describe (test_local_runner checks it); no probes with other methods.
+schema.config.phases.coverage.unexpected_methods = set()
+
+# Ids that exist, mixed into the generated ones so that cases reach past "not found".
+KNOWN: dict[str, list[str]] = {"voucherId": [], "orderId": [], "shopId": []}
+SENT: Counter[str] = Counter()  # cases per operation
+ANSWERED: dict[str, Counter[int]] = {}  # statuses per operation
+
+
+@schema.hook
+def flatmap_path_parameters(context: schemathesis.HookContext, path_parameters: dict[str, Any] | None) -> Any:
+    known = {name: st.sampled_from(KNOWN[name]) for name in path_parameters or {} if KNOWN.get(name)}
+    if not known:
+        return st.just(path_parameters)
+    return st.one_of(st.just(path_parameters), st.builds(dict, st.just(path_parameters), **known))
+
+
+class UserToken(requests.auth.AuthBase):
+    """A logged-in user's token; the next of ``tokens`` per request when there are several."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = itertools.cycle(tokens)
+        self.token = tokens[0] if len(tokens) == 1 else None
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["authorization"] = f"Bearer {self.token or next(self.tokens)}"
+        return request
+
+
+class SigV4(requests.auth.AuthBase):
+    """Signs the request as an IAM principal would (``execute-api``), with the local credentials."""
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        assert request.url is not None
+        assert request.method is not None
+        body = request.body.encode() if isinstance(request.body, str) else request.body or b""
+        request.headers.update(signed(request.method, request.url, body))
+        return request
+
+
+@dataclass
+class LocalApi:
+    url: str
+    owner: UserToken  # the user whose order is known
+    buyers: UserToken  # a new user per press, so that presses can win
+    admin: SigV4
+
+    def auth_for(self, case: schemathesis.Case) -> requests.auth.AuthBase | None:
+        security = case.operation.definition.raw.get("security") or []
+        names = {name for requirement in security for name in requirement}
+        if ADMIN in names:
+            return self.admin
+        if USER in names:
+            return self.buyers if case.method == "POST" else self.owner
+        return None
+
+
+@pytest.fixture(scope="module")
+def local_api(
+    sqs_endpoint: str, sqs: Any, creds: Credentials, template: Template, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalApi]:
+    workdir = tmp_path_factory.mktemp("fuzz")
+    private = PrivateRedis(workdir, free_port())
+    private.start()
+    try:
+        redis = redis_lib.Redis(port=private.port, decode_responses=True)
+        redis.set(keys.loaded(), 1)  # this Redis holds every voucher on sale: unknown is really unknown
+        env_file = workdir / "env.json"
+        env_file.write_text(json.dumps({"Parameters": local_parameters(private.url, creds)}), encoding="utf-8")
+        prefix = f"f{uuid.uuid4().hex[:10]}-"
+        runner = Runner(
+            argparse.Namespace(
+                template=str(TEMPLATE),
+                env_vars=env_file,
+                sqs_endpoint=sqs_endpoint,
+                queue_prefix=prefix,
+                visibility_timeout=1,
+            )
+        )
+        owner, *buyers = mint_tokens(redis, [new_user() for _ in range(1 + BUYERS)], ttl_seconds=3600).values()
+        pools = {name: runner.pool(name, 1) for name in ("SeckillApiFunction", "AuthorizerFunction")}
+        try:
+            with serving(template, pools) as url:
+                api = LocalApi(url, UserToken([owner]), UserToken(buyers), SigV4())
+                seed(api)
+                yield api
+        finally:
+            delete_queues_with_prefix(sqs, prefix)
+    finally:
+        private.kill()
+
+
+def seed(api: LocalApi) -> None:
+    """A shop with vouchers the fuzz knows the ids of: one on sale, one the token's owner bought the
+    only unit of (its order is known), and two it does not know, so the shop's list is never empty."""
+    shop_id = new_user()
+    now = datetime.now(UTC)
+
+    def create(route: str, **fields: Any) -> str:
+        voucher = {"shopId": shop_id, "title": "fuzz voucher", "payValue": 100, "actualValue": 200, **fields}
+        created = requests.post(f"{api.url}{route}", json=voucher, auth=api.admin, timeout=20)
+        assert created.status_code == 201, created.text
+        return str(created.json()["data"])
+
+    window = {"beginTime": (now - timedelta(minutes=1)).isoformat(), "endTime": (now + timedelta(hours=1)).isoformat()}
+    on_sale, sold_out, _ = (create("/voucher/seckill", stock=stock, **window) for stock in (1000, 1, 10))
+    create("/voucher")
+    placed = requests.post(f"{api.url}/voucher-order/seckill/{sold_out}", auth=api.owner, timeout=20)
+    assert placed.status_code == 202, placed.text
+    KNOWN.update(voucherId=[on_sale, sold_out], orderId=[placed.json()["data"]], shopId=[str(shop_id)])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Prints, after the run, how many cases each operation was sent and what it answered."""
+    yield
+    if not SENT:
+        return
+    lines = [f"fuzz: {sum(SENT.values())} cases sent (seed {SEED}, at most {MAX_EXAMPLES} a phase and mode):"]
+    for label, count in sorted(SENT.items()):
+        statuses = ", ".join(f"{status} x{n}" for status, n in sorted(ANSWERED.get(label, Counter()).items()))
+        lines.append(f"  {label}: {count} ({statuses})")
+    with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print("\n" + "\n".join(lines))
+
+
+@schema.parametrize()
+def test_every_answer_is_documented(case: schemathesis.Case, local_api: LocalApi) -> None:
+    SENT[case.operation.label] += 1
+    auth = None if SENT[case.operation.label] % ANONYMOUS_EVERY == 0 else local_api.auth_for(case)
+    response = case.call_and_validate(base_url=local_api.url, auth=auth, checks=CHECKS, timeout=20)
+    ANSWERED.setdefault(case.operation.label, Counter())[response.status_code] += 1
