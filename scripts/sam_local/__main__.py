@@ -26,9 +26,10 @@ from seckill_local.template import ROOT, Template
 
 LOG_DIR = ROOT / ".aws-sam" / "sam-local"
 EPILOG = """\
-Linux with Docker, or root on Debian/Ubuntu (it installs docker.io, socat and
-debootstrap with apt-get when missing, starts dockerd when none runs, and stops
-it at the end). Needs Redis and MySQL on 127.0.0.1 (make services).
+Linux. As root on Debian it installs docker.io, socat and debootstrap with
+apt-get when missing, starts dockerd when none runs (and stops it at the end),
+and builds the stand-in base image where AWS's registry is unreachable. Needs
+Redis and MySQL on 127.0.0.1 (make services).
 
 exit codes: 0 every check passed; 1 a check failed; 2 something the run needs
 is missing or could not start; 130 interrupted. The commands' output is kept
