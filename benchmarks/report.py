@@ -1,0 +1,263 @@
+"""The issue's targets checked against a report, and the report as tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _row(report: dict[str, Any], scenario: str, side: str = "ours") -> dict[str, Any] | None:
+    rows = [
+        r for r in report.get("experiment", {}).get("results", []) if r["scenario"] == scenario and r["side"] == side
+    ]
+    return max(rows, key=lambda r: r["workers"]) if rows else None  # the most workers (8 by default)
+
+
+def _target(name: str, measured: float | None, goal: float, higher_is_better: bool, unit: str) -> dict[str, Any]:
+    if measured is None:
+        return {"target": name, "goal": goal, "unit": unit, "measured": None, "met": None, "margin": None}
+    met = measured >= goal if higher_is_better else measured <= goal
+    # How far from the goal, as a factor: > 1 is met by that much, < 1 is missed by that much.
+    margin = (measured / goal if higher_is_better else goal / measured) if measured and goal else None
+    return {
+        "target": name,
+        "goal": goal,
+        "unit": unit,
+        "measured": measured,
+        "met": met,
+        "margin": round(margin, 3) if margin else None,
+    }
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    storm, full = _row(report, "b"), _row(report, "a")
+    if storm is not None:
+        w = storm["workers"]
+        found.append(
+            _target(
+                f"losers' storm, {w} workers: throughput vs baseline",
+                storm["vs_baseline"]["throughput"],
+                5.0,
+                True,
+                "x",
+            )
+        )
+    if full is not None:
+        w = full["workers"]
+        found.append(
+            _target(
+                f"full experiment, {w} workers: throughput vs baseline (SQS included)",
+                full["vs_baseline"]["throughput"],
+                1.7,
+                True,
+                "x",
+            )
+        )
+        found.append(
+            _target(f"full experiment, {w} workers: p99 vs baseline's", full["vs_baseline"]["p99"], 0.2, False, "x")
+        )
+    paths = {(r["kind"], r["contender"]): r for r in report.get("request_path", {}).get("results", [])}
+    if ("refused_cache_off", "handler") in paths:
+        found.append(
+            _target(
+                "refused press (cache off): handler vs bare EVALSHA",
+                paths[("refused_cache_off", "handler")]["vs_evalsha"],
+                1.3,
+                False,
+                "x",
+            )
+        )
+    if ("refused_cache_warm", "handler") in paths:
+        found.append(
+            _target(
+                "refused press (sold-out cache warm): handler",
+                paths[("refused_cache_warm", "handler")]["us"],
+                40.0,
+                False,
+                "µs",
+            )
+        )
+    persister = {r["contender"]: r for r in report.get("persister", {}).get("results", [])}
+    if "raw_per_batch" in persister:
+        found.append(
+            _target(
+                "persister vs raw PyMySQL, one transaction per batch",
+                persister["raw_per_batch"]["handler_share"],
+                0.7,
+                True,
+                "x",
+            )
+        )
+        found.append(
+            _target(
+                "persister vs raw PyMySQL, per batch with merged decrement",
+                persister["raw_per_batch_merged"]["handler_share"],
+                0.7,
+                True,
+                "x",
+            )
+        )
+    for row in report.get("cold_start", {}).get("results", []):
+        found.append(_target(f"{row['function']}: init vs its libraries' bare imports", row["ratio"], 1.2, False, "x"))
+    return found
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    if "experiment" in report:
+        exp = report["experiment"]
+        table = Table(title="(1) The original experiment: Seckill vs the synchronous baseline (medians of rounds)")
+        for col in (
+            "scn",
+            "wrk",
+            "side",
+            "req/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "accepted p50",
+            "SQS share",
+            "MySQL/press",
+            "Redis/press",
+            "vs baseline",
+        ):
+            table.add_column(col, justify="right" if col not in {"side", "scn"} else "left")
+        for r in exp["results"]:
+            vs = r.get("vs_baseline")
+            versus = f"{vs['throughput']:.2f}x req/s, {vs['p99']:.2f}x p99" if vs else ""
+            table.add_row(
+                r["scenario"],
+                str(r["workers"]),
+                r["side"],
+                f"{r['throughput']:,.0f}",
+                _ms(r["latency"]["p50"]),
+                _ms(r["latency"]["p95"]),
+                _ms(r["latency"]["p99"]),
+                _ms(r["accepted_latency"]["p50"]),
+                f"{r['transport_share']:.0%}" if r["side"] == "ours" else "",
+                f"{r['usage']['mysql_statements']:.2f}",
+                f"{r['usage']['redis_commands']:.2f}",
+                versus,
+            )
+            if r["side"] == "ours" and r["transport_share"] > 0:
+                wt = r["without_transport"]
+                table.add_row(
+                    "",
+                    "",
+                    "  without SQS (est.)",
+                    f"{wt['throughput_estimate']:,.0f}",
+                    _ms(wt["latency"]["p50"]),
+                    "",
+                    _ms(wt["latency"]["p99"]),
+                    _ms(wt["accepted_latency"]["p50"]),
+                    "",
+                    "",
+                    "",
+                    f"{vs['throughput_without_transport']:.2f}x req/s" if vs else "",
+                )
+        console.print(table)
+        bad = [c for c in exp["checks"] if not c["exact"]]
+        sold = (
+            "every side sold exactly the stock, one per user"
+            if not bad
+            else f"{len(bad)} phases did NOT sell exactly the stock"
+        )
+        s = exp["sizes"]
+        console.print(
+            f"a: {s['users']:,} users x {s['presses_per_user']} vs stock {s['stock']}; "
+            f"b: {s['storm']:,} presses after sell-out; "
+            f"c: {s['inflight']} in flight, baseline's MySQL pool {s['mysql_pool']}. {sold}. "
+            "Server counters: the least disturbed round (the servers are shared); "
+            "Redis counts the commands run inside scripts too."
+        )
+    if "transport" in report:
+        table = Table(title="(2) SQS SendMessage on each stand-in (moto behind three HTTP servers), by queue depth")
+        for col in ("server", "depth", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(col, justify="left" if col == "server" else "right")
+        for r in report["transport"]["results"]:
+            for p in r["points"]:
+                table.add_row(r["server"], f"{p['depth']:,}", _ms(p["p50"]), _ms(p["p95"]), _ms(p["p99"]))
+        console.print(table)
+        for name, why in report["transport"]["not_usable"].items():
+            console.print(f"  not measured: {name}: {why}")
+    if "request_path" in report:
+        table = Table(title="(3) The request path against its floor (µs per request, one process, medians of rounds)")
+        for col in ("press", "contender", "µs", "µs without SQS", "vs EVALSHA", "Redis cmds", "MySQL"):
+            table.add_column(col, justify="left" if col in {"press", "contender"} else "right")
+        for r in report["request_path"]["results"]:
+            table.add_row(
+                r["kind"],
+                r["contender"],
+                f"{r['us']:,.1f}",
+                f"{r['us_without_transport']:,.1f}",
+                f"{r['vs_evalsha']:.2f}x" if r["vs_evalsha"] else "",
+                f"{r['usage']['redis_commands']:.2f}",
+                f"{r['usage']['mysql_statements']:.2f}",
+            )
+        console.print(table)
+    if "persister" in report:
+        p = report["persister"]
+        table = Table(title="(4) The persister against MySQL's floor, one hot voucher row (rows/s, medians of rounds)")
+        for col in ("contender", "rows/s", "handler as share", "MySQL/row", "Redis/row"):
+            table.add_column(col, justify="left" if col == "contender" else "right")
+        for r in p["results"]:
+            table.add_row(
+                r["contender"],
+                f"{r['rows_per_s']:,.0f}",
+                f"{r['handler_share']:.0%}",
+                f"{r['usage']['mysql_statements']:.2f}",
+                f"{r['usage']['redis_commands']:.2f}",
+            )
+        console.print(table)
+        for d in (p["drain"], p["drain_via_sqs"]):
+            transport_note = (
+                f"; the pollers spent {d['transport_share']:.0%} of their time in SQS" if d["transport_share"] else ""
+            )
+            console.print(
+                f"drain from {d['via']}: {d['stored']:,} of {d['orders']:,} orders stored in {d['seconds']:.1f} s "
+                f"({d['rows_per_s']:,.0f} rows/s, {d['concurrency']} containers, batches of 10){transport_note}."
+            )
+    if "cold_start" in report:
+        table = Table(
+            title="(5) Cold start: fresh-process `import app` vs a bare import of every library its code names "
+            "(and of those it imports at module level only), medians"
+        )
+        for col in (
+            "function",
+            "init ms",
+            "bare ms",
+            "ratio",
+            "module-level only",
+            "RSS MB",
+            "bare RSS MB",
+            "imported beyond its libraries",
+        ):
+            table.add_column(col, justify="left" if col in {"function", "imported beyond its libraries"} else "right")
+        for r in report["cold_start"]["results"]:
+            table.add_row(
+                r["function"],
+                f"{r['init_ms']:,.0f}",
+                f"{r['bare_imports_ms']:,.0f}",
+                f"{r['ratio']:.2f}x",
+                f"{r['bare_module_level_ms']:,.0f} ms, {r['ratio_module_level']:.2f}x",
+                f"{r['init_rss_mb']:.0f}",
+                f"{r['bare_rss_mb']:.0f}",
+                ", ".join(r["imported_beyond_libraries"]) or "-",
+            )
+        console.print(table)
+    table = Table(title="Targets (issue 8)")
+    for col in ("target", "goal", "measured", "", "by"):
+        table.add_column(col, justify="left" if col == "target" else "right")
+    for t in report.get("targets", []):
+        if t["measured"] is None:
+            continue
+        verdict = "[green]met[/]" if t["met"] else "[red]missed[/]"
+        by = f"{t['margin']:.2f}x" if t["margin"] else ""
+        table.add_row(t["target"], f"{t['goal']:g}{t['unit']}", f"{t['measured']:g}{t['unit']}", verdict, by)
+    console.print(table)

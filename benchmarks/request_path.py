@@ -1,0 +1,203 @@
+"""(3) The request path against its floor, in one process, one request at a time.
+
+Three contenders per kind of press:
+
+- ``handler``: ``SeckillApiFunction``'s ``lambda_handler``, imported as the runtime
+  does, on an API Gateway event (Powertools as deployed, tracing off);
+- ``place_order``: ``seckill.orders.place_order`` on the same clients the
+  handler builds (Gate, OrderQueue, Database), without the HTTP layer;
+- ``evalsha``: a bare redis-py ``EVALSHA`` of the same gate script on a plain
+  client: the floor, one Redis round trip;
+- ``id_before_gate`` (refusals only): the design not taken, the order id made
+  (one INCR) before the gate, so that every loser pays for it too.
+
+Kinds of press: refused with the refusal cache off (SOLD_OUT from Redis),
+refused with the sold-out cache warm (no Redis at all), duplicate (the user
+already holds an order), accepted (a fresh user; SQS included for the handler
+and place_order, and shown without it, measured by botocore's events).
+Contenders run in interleaved rounds; each figure is the median of rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis as redis_py
+
+from benchmarks.counters import Counters
+from benchmarks.stack import StackInfo, apply_env, create_voucher, far_id, function_env
+from benchmarks.workers import CallTimer, outcome, press_event
+from seckill import keys, orders
+from seckill.clients import redis_client, sqs_client
+from seckill.config import Settings
+from seckill.db import Database, connect
+from seckill.errors import SeckillError
+from seckill.gate import Gate
+from seckill.ids import next_order_id
+from seckill.messages import OrderQueue
+from seckill.scripts import Scripts, read_script
+from seckill_local.lambdas import LocalContext, load_handler
+from seckill_local.template import ROOT, Template
+
+KINDS = {
+    "refused_cache_off": "409 SOLD_OUT",
+    "refused_cache_warm": "409 SOLD_OUT",
+    "duplicate": "409 DUPLICATE_ORDER",
+    "accepted": "202",
+}
+CONTENDERS = ("handler", "place_order", "evalsha")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    refusals: int  # requests per contender per round, for the refusals and duplicates
+    accepted: int  # requests per contender per round, accepted
+    rounds: int
+
+
+class Paths:
+    def __init__(self, info: StackInfo) -> None:
+        template = Template.load()
+        fn = template.functions["SeckillApiFunction"]
+        env = function_env(info, "SeckillApiFunction", template)
+        self.timer = CallTimer().install()
+        # The same module twice, under two names: one with the refusal cache off, one as deployed.
+        apply_env({**env, "SECKILL_REFUSAL_CACHE_SECONDS": "0"})
+        self.handler_cold = load_handler(dataclasses.replace(fn, logical_id="SeckillApiFunctionCacheOff"))
+        os.environ.pop("SECKILL_REFUSAL_CACHE_SECONDS")
+        apply_env(env)
+        self.handler_warm = load_handler(fn)
+        self.fn = fn
+        settings = Settings.from_env()
+        self.redis = redis_client(settings)
+        scripts = Scripts.register(self.redis)
+        self.gate_cold = Gate(self.redis, scripts, refusal_cache_seconds=0)
+        self.gate_warm = Gate(self.redis, scripts, settings.refusal_cache_seconds)
+        self.queue = OrderQueue(sqs_client(), settings.order_queue_url)
+        self.db = Database.from_settings(settings)
+        self.ttl = settings.status_ttl_seconds
+        self.bare = redis_py.Redis.from_url(settings.redis_url, decode_responses=True)
+        self.gate_sha = self.bare.script_load(read_script("gate"))
+        self.event = json.loads((ROOT / "events" / "seckill_api_seckill.json").read_text(encoding="utf-8"))
+        self.counters = Counters(connect(info.creds), self.redis)
+        db = Database(info.creds)
+        self.sold_out = create_voucher(db, self.redis, 1)
+        self.open_sale = create_voucher(db, self.redis, 10_000_000)
+        self.buyer = far_id()
+        self.empty_queue()
+        # One real sale each: the sold-out voucher's only unit, and the duplicate's first order.
+        orders.place_order(
+            self.gate_cold, self.redis, self.queue, self.db, self.sold_out, far_id(), status_ttl=self.ttl
+        )
+        orders.place_order(
+            self.gate_cold, self.redis, self.queue, self.db, self.open_sale, self.buyer, status_ttl=self.ttl
+        )
+
+    def requests(self, kind: str, contender: str, n: int) -> Callable[[], list[Any]]:
+        """A loop of n requests of this kind; returns what each answered."""
+        voucher = self.open_sale if kind in {"duplicate", "accepted"} else self.sold_out
+        users = [far_id() if kind == "accepted" else self.buyer for _ in range(n)]
+        if contender == "handler":
+            handler = self.handler_warm if kind == "refused_cache_warm" else self.handler_cold
+            events = [press_event(self.event, voucher, u, i) for i, u in enumerate(users)]
+            contexts = [LocalContext(self.fn.logical_id, self.fn.timeout) for _ in users]
+            return lambda: [outcome(handler(e, c))[0] for e, c in zip(events, contexts, strict=True)]
+        if contender == "place_order":
+            gate = self.gate_warm if kind == "refused_cache_warm" else self.gate_cold
+
+            def place() -> list[Any]:
+                answers = []
+                for u in users:
+                    try:
+                        orders.place_order(gate, self.redis, self.queue, self.db, voucher, u, status_ttl=self.ttl)
+                        answers.append("202")
+                    except SeckillError as error:
+                        answers.append(f"{error.status} {error.code}")
+                return answers
+
+            return place
+        names = keys.voucher_keys(voucher)
+        tokens = [uuid.uuid4().hex for _ in users]
+        codes = {0: "202", 4: "409 SOLD_OUT", 5: "409 DUPLICATE_ORDER"}
+        id_first = contender == "id_before_gate"  # the design not taken: every loser pays the INCR too
+
+        def evalsha() -> list[Any]:
+            answers = []
+            for u, t in zip(users, tokens, strict=True):
+                if id_first:
+                    next_order_id(self.bare)
+                answers.append(codes.get(int(self.bare.evalsha(self.gate_sha, len(names), *names, u, t)[0]), "?"))
+            return answers
+
+        return evalsha
+
+    def empty_queue(self) -> None:
+        """Receive and delete what the accepted presses queued (PurgeQueue: once a minute)."""
+        sqs, url = self.queue.sqs, self.queue.queue_url
+        while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+            sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+
+    def measure(self, kind: str, contender: str, n: int) -> dict[str, Any]:
+        loop = self.requests(kind, contender, n)
+        if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
+            self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
+            with contextlib.suppress(SeckillError):
+                orders.place_order(
+                    self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
+                )
+        sent = self.timer.total
+        before = self.counters.snapshot()
+        started = time.perf_counter()
+        answers = loop()
+        seconds = time.perf_counter() - started
+        after = self.counters.snapshot()
+        send = self.timer.total - sent
+        if kind == "accepted":
+            self.empty_queue()  # moto's SendMessage slows down with depth: every round starts empty
+        wrong = [a for a in answers if a != KINDS[kind]]
+        if wrong:
+            raise RuntimeError(f"{contender} on {kind}: expected {KINDS[kind]}, got {wrong[0]} ({len(wrong)} of {n})")
+        return {
+            "us": seconds / n * 1e6,
+            "us_without_transport": (seconds - send) / n * 1e6,
+            "usage": Counters.usage(before, after, n).to_json(),
+        }
+
+
+def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
+    """In a process of its own (it imports the handler)."""
+    paths = Paths(info)
+    plan = [(kind, c) for kind in KINDS for c in CONTENDERS if not (kind == "refused_cache_warm" and c == "evalsha")]
+    plan.append(("refused_cache_off", "id_before_gate"))
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in plan}
+    for r in range(sizes.rounds):
+        for kind, contender in plan[r % len(plan) :] + plan[: r % len(plan)]:
+            n = sizes.accepted if kind == "accepted" else sizes.refusals
+            samples[(kind, contender)].append(paths.measure(kind, contender, n))
+        print(f"request path: round {r + 1}/{sizes.rounds} done", file=sys.stderr, flush=True)
+    rows = []
+    for (kind, contender), entries in samples.items():
+        rows.append(
+            {
+                "kind": kind,
+                "contender": contender,
+                "us": round(statistics.median(e["us"] for e in entries), 2),
+                "us_without_transport": round(statistics.median(e["us_without_transport"] for e in entries), 2),
+                "usage": min(entries, key=lambda e: e["usage"]["redis_commands"])["usage"],
+            }
+        )
+    floor = {row["kind"]: row["us"] for row in rows if row["contender"] == "evalsha"}
+    for row in rows:
+        base = floor.get(row["kind"]) or floor.get("refused_cache_off")
+        row["vs_evalsha"] = round(row["us"] / base, 3) if base else None
+    return {"sizes": dataclasses.asdict(sizes), "results": rows}

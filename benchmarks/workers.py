@@ -1,0 +1,175 @@
+"""Long-lived worker processes, each calling one Lambda handler in-process, one
+request at a time, as a warm Lambda container serves invocations.
+
+Each worker imports the handler once (``seckill_local.lambdas.load_handler``,
+with the function's environment), so module-level clients and caches live
+across requests. For a phase, every worker is handed its share of the presses
+and builds their events; then all start together and time each handler call
+alone. Their stdout (Powertools' metrics and logs) goes to /dev/null.
+
+The time each request spent in SQS SendMessage is measured by botocore's own
+``before-call``/``after-call`` events, registered on the default session before
+the handler is imported (its clients are made from it): nothing in the handler
+is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from typing import Any
+
+from seckill_local.lambdas import LocalContext, load_handler
+from seckill_local.template import Function
+
+Press = tuple[int, int]  # (voucher id, user id)
+
+
+def press_event(template: dict[str, Any], voucher_id: int, user_id: int, n: int) -> dict[str, Any]:
+    """``POST /voucher-order/seckill/{voucherId}`` as API Gateway sends it, the authorizer's user id inside."""
+    event = json.loads(json.dumps(template))
+    path = f"/voucher-order/seckill/{voucher_id}"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event["pathParameters"] = {"voucherId": str(voucher_id)}
+    event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
+    event["requestContext"]["requestId"] = f"bench-{os.getpid()}-{n}"
+    return event
+
+
+class CallTimer:
+    """Seconds spent inside the named SQS calls, from botocore's own events (thread-safe)."""
+
+    def __init__(self, *operations: str) -> None:
+        self.operations = operations or ("SendMessage",)
+        self.total = 0.0
+        self._started = threading.local()
+        self._lock = threading.Lock()
+
+    def install(self, events: Any = None) -> CallTimer:
+        """On a client's events, or by default on boto3's default session, so that every
+        client made from it afterwards (the handler's, at import) is timed."""
+        if events is None:
+            import boto3
+
+            boto3.setup_default_session()
+            events = boto3.DEFAULT_SESSION.events
+        for operation in self.operations:
+            events.register(f"before-call.sqs.{operation}", self._before)
+            events.register(f"after-call.sqs.{operation}", self._after)
+            events.register(f"after-call-error.sqs.{operation}", self._after)
+        return self
+
+    def _before(self, **_: Any) -> None:
+        self._started.at = time.perf_counter()
+
+    def _after(self, **_: Any) -> None:
+        elapsed = time.perf_counter() - self._started.at
+        with self._lock:
+            self.total += elapsed
+
+
+@dataclass
+class WorkerResult:
+    started: float
+    ended: float
+    latencies: array  # seconds, per request
+    sends: array  # seconds in SQS SendMessage, per request
+    outcomes: Counter[str]  # "202", "409 SOLD_OUT", ...
+    ok: array = field(default_factory=lambda: array("B"))  # 1 where the press was answered 2xx
+    accepted: list[tuple[int, str]] = field(default_factory=list)  # (user id, order id)
+
+
+def outcome(response: dict[str, Any]) -> tuple[str, Any]:
+    status = int(response["statusCode"])
+    body = json.loads(response["body"])
+    if status < 300:
+        return str(status), body.get("data")
+    return f"{status} {body.get('code')}", None
+
+
+def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: Any, event_template: Any) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.environ.update(env)
+    timer = CallTimer().install()
+    handler = load_handler(fn)
+    if pool is not None:
+        import sys
+
+        sys.modules[handler.__module__].use_pool(pool)
+    conn.send(os.getpid())
+    while (presses := conn.recv()) is not None:
+        events = [press_event(event_template, v, u, n) for n, (v, u) in enumerate(presses)]
+        contexts = [LocalContext(fn.logical_id, fn.timeout) for _ in events]
+        latencies, sends = array("d"), array("d")
+        responses = []
+        conn.send("ready")
+        go.wait()
+        started = time.perf_counter()
+        for event, context in zip(events, contexts, strict=True):
+            sent_before = timer.total
+            t0 = time.perf_counter()
+            response = handler(event, context)
+            latencies.append(time.perf_counter() - t0)
+            sends.append(timer.total - sent_before)
+            responses.append(response)
+        ended = time.perf_counter()
+        result = WorkerResult(started, ended, latencies, sends, Counter())
+        for (_, user_id), response in zip(presses, responses, strict=True):
+            name, order_id = outcome(response)
+            result.outcomes[name] += 1
+            result.ok.append(order_id is not None)
+            if order_id is not None:
+                result.accepted.append((user_id, str(order_id)))
+        conn.send(result)
+
+
+class WorkerPool:
+    """``size`` processes serving one function; ``pool`` bounds the baseline's MySQL use."""
+
+    def __init__(self, fn: Function, env: dict[str, str], size: int, event_template: dict[str, Any], pool: Any = None):
+        ctx = get_context("spawn")
+        self.go = ctx.Event()
+        self.conns: list[Connection] = []
+        self.processes = []
+        for _ in range(size):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_serve, args=(child, fn, env, self.go, pool, event_template), daemon=True)
+            process.start()
+            self.conns.append(parent)
+            self.processes.append(process)
+        for conn in self.conns:
+            conn.recv()  # loaded
+
+    def prepare(self, shares: list[list[Press]]) -> None:
+        """Hand each of the first len(shares) workers its presses; they build their events and wait."""
+        if len(shares) > len(self.conns):
+            raise ValueError(f"{len(shares)} shares for {len(self.conns)} workers")
+        self.go.clear()
+        self._busy = self.conns[: len(shares)]
+        for conn, share in zip(self._busy, shares, strict=True):
+            conn.send(share)
+        for conn in self._busy:
+            conn.recv()  # ready
+
+    def run(self) -> list[WorkerResult]:
+        """Start the prepared workers together; their results once all are done."""
+        self.go.set()
+        return [conn.recv() for conn in self._busy]
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for process in self.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()

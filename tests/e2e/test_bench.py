@@ -1,0 +1,80 @@
+"""The benchmarks run (their smallest mode, as a subprocess, as ``make bench`` runs
+them) and report what they promise; no figure is judged here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seckill_local.template import ROOT
+
+pytestmark = pytest.mark.e2e
+
+SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start")
+
+
+def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
+    done = subprocess.run(  # noqa: S603 (our own module)
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "latest.json").read_text(encoding="utf-8"))
+    assert report["meta"]["profile"] == "smoke"
+    assert report["meta"]["correct"] is True
+    for section in SECTIONS:
+        assert section in report, section
+
+    experiment = report["experiment"]
+    stock = experiment["sizes"]["stock"]
+    sales = [c for c in experiment["checks"] if c["scenario"] in {"a", "c"}]
+    assert {(c["scenario"], c["side"]) for c in sales} == {(s, side) for s in "ac" for side in ("ours", "baseline")}
+    for check in sales:  # both sides sold exactly the stock, one order per user
+        assert check["exact"] is True, check
+        assert check["order_ids_answered"] == check["orders_in_mysql"] == check["users_in_mysql"] == stock
+        assert check["users_with_two_order_ids"] == 0
+        assert check["mysql_stock_left"] == 0
+    assert all(c["presses_answered_ok"] == 0 for c in experiment["checks"] if c["scenario"] == "b")
+    rows = {(r["scenario"], r["side"]): r for r in experiment["results"]}
+    assert set(rows) == {(s, side) for s in "abc" for side in ("ours", "baseline")}
+    for row in rows.values():
+        assert row["throughput"] > 0
+        assert set(row["latency"]) == {"p50", "p95", "p99", "mean"}
+        assert {"mysql_statements", "redis_commands", "mysql", "redis"} <= set(row["usage"])
+    # The baseline reads MySQL on every press; the servers' own counters say so.
+    assert rows[("b", "baseline")]["usage"]["mysql_statements"] >= 1
+    assert rows[("a", "ours")]["transport_share"] > 0
+    assert "vs_baseline" in rows[("a", "ours")]
+
+    kinds = {(r["kind"], r["contender"]) for r in report["request_path"]["results"]}
+    for kind in ("refused_cache_off", "refused_cache_warm", "duplicate", "accepted"):
+        assert (kind, "handler") in kinds
+        assert (kind, "place_order") in kinds
+    assert ("refused_cache_off", "evalsha") in kinds
+
+    persister = report["persister"]
+    assert next(r["contender"] for r in persister["results"]) == "handler"
+    assert persister["drain"]["complete"] is True
+    assert persister["drain"]["curve"][-1][1] == persister["drain"]["orders"]
+
+    cold = report["cold_start"]["results"]
+    assert cold
+    assert cold[0]["function"] == "SeckillApiFunction"
+    assert cold[0]["libraries"]  # read from the source: what app.py and its layer modules import
+    assert cold[0]["init_ms"] > 0
+    assert cold[0]["bare_imports_ms"] > 0
+
+    assert {"target", "goal", "measured", "met"} <= set(report["targets"][0])
+    for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 0
+    assert "Targets" in done.stdout
