@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi bench
+.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi bench sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -75,6 +75,10 @@ openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks i
 bench: setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks $(ARGS)
+
+# Linux; as root it installs and starts what is missing (docker.io, dockerd, socat, debootstrap).
+sam-local: setup sam-setup services ## the real SAM CLI on Docker: sam build, sam local invoke of every function, start-api, all checked
+	$(BIN)/python -m scripts.sam_local --sam $(SAM_BIN)/sam $(ARGS)
 
 format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

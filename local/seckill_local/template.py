@@ -121,15 +121,12 @@ class Template:
         return None
 
     def _function_of(self, arn: dict[str, Any]) -> str:
-        """The function an ARN names: ``!GetAtt Fn.Arn``, or ``!Ref`` to the alias SAM's
-        AutoPublishAlias makes for it (``<Fn>Alias<name>``); locally both run the same code."""
-        if "Fn::GetAtt" in arn:
-            return str(arn["Fn::GetAtt"][0])
-        for logical_id, resource in self.data["Resources"].items():
-            alias = resource.get("Properties", {}).get("AutoPublishAlias")
-            if alias and arn.get("Ref") == f"{logical_id}Alias{alias}":
-                return logical_id
-        raise ValueError(f"the authorizer's FunctionArn names no function of the template: {arn}")
+        """The function an ARN names, as sam local reads it: ``!Sub arn:...:function:${Fn}``,
+        optionally with a qualifier (``:live``, the alias; locally it runs the same code)."""
+        named = re.fullmatch(r"arn:.*:function:\$\{(\w+)\}(?::[\w-]+)?", str(arn.get("Fn::Sub", "")))
+        if named is None or named.group(1) not in self.functions:
+            raise ValueError(f"the authorizer's FunctionArn names no function of the template: {arn}")
+        return named.group(1)
 
     def routes(self) -> list[tuple[Route, Function]]:
         return [(route, fn) for fn in self.functions.values() for route in fn.routes]

@@ -525,9 +525,11 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
     api = props(data, "SeckillHttpApi")
     assert api["Auth"]["EnableIamAuthorizer"] is True
     authorizer = api["Auth"]["Authorizers"][api["Auth"]["DefaultAuthorizer"]]
-    # Its alias, so that ColdStartMitigation applies; API Gateway is allowed to invoke it.
-    assert authorizer["FunctionArn"] == {"Ref": "AuthorizerFunctionAliaslive"}
+    # Its alias, so that ColdStartMitigation applies, as an ARN naming the function (what
+    # sam local start-api resolves); API Gateway is allowed to invoke it.
+    assert authorizer["FunctionArn"] == {"Fn::Sub": AUTHORIZER_ALIAS_ARN}
     assert authorizer["EnableFunctionDefaultPermissions"] is True
+    assert data["Resources"]["SeckillHttpApi"]["DependsOn"] == "AuthorizerFunctionAliaslive"
     # A logged-out token stops working within 30 s.
     assert int(authorizer["Identity"]["ReauthorizeEvery"]) == 30
     assert {"ThrottlingBurstLimit", "ThrottlingRateLimit"} <= set(api["DefaultRouteSettings"])
@@ -575,6 +577,9 @@ def test_outputs_an_operator_needs(data: dict[str, Any]) -> None:
 # --- the sale's first second: ColdStartMitigation ----------------------------------------------
 
 REQUEST_PATH = ("SeckillApiFunction", "AuthorizerFunction")
+AUTHORIZER_ALIAS_ARN = (
+    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AuthorizerFunction}:live"
+)
 MITIGATIONS = ("none", "provisioned", "snapstart")
 
 
@@ -660,10 +665,21 @@ def test_api_gateway_invokes_the_aliases(transformed: dict[str, Any]) -> None:
     body = json.dumps(transformed["Resources"]["SeckillHttpApi"]["Properties"]["Body"])
     assert "${SeckillApiFunctionAliaslive}" in body
     assert "${SeckillApiFunction.Arn}" not in body
-    assert '{"Ref": "AuthorizerFunctionAliaslive"}' in body
-    permissions = [r["Properties"] for r in transformed["Resources"].values() if r["Type"] == "AWS::Lambda::Permission"]
-    invoked = {json.dumps(p["FunctionName"]) for p in permissions if p["Principal"] == "apigateway.amazonaws.com"}
-    assert invoked == {json.dumps({"Ref": f"{fn}Aliaslive"}) for fn in REQUEST_PATH}
+    assert "function:${AuthorizerFunction}:live" in body
+    permissions = {
+        name: r["Properties"]
+        for name, r in transformed["Resources"].items()
+        if r["Type"] == "AWS::Lambda::Permission" and r["Properties"]["Principal"] == "apigateway.amazonaws.com"
+    }
+    invoked = {json.dumps(p["FunctionName"]) for p in permissions.values()}
+    assert invoked == {
+        json.dumps({"Ref": "SeckillApiFunctionAliaslive"}),
+        json.dumps({"Fn::Sub": AUTHORIZER_ALIAS_ARN}),
+    }
+    # The authorizer's permission names the API, which waits for the alias: never created before it.
+    (authorizer,) = [p for p in permissions.values() if "authorizers" in json.dumps(p["SourceArn"])]
+    assert {"Ref": "SeckillHttpApi"} in authorizer["SourceArn"]["Fn::Sub"][1].values()
+    assert transformed["Resources"]["SeckillHttpApi"]["DependsOn"] == "AuthorizerFunctionAliaslive"
 
 
 # --- events/ and the env-vars files -----------------------------------------------------------------
@@ -728,6 +744,32 @@ def test_docker_env_vars_give_every_variable_sam_local_cannot_resolve(template: 
         missing = unresolvable(template, fn) - given
         assert not missing, f"{fn.logical_id}: env.docker.json lacks {sorted(missing)}"
     assert "host.docker.internal" in data["Parameters"]["REDIS_URL"]
+
+
+def test_docker_env_vars_name_only_what_the_functions_declare(template: Template) -> None:
+    """sam local sets only the variables a function declares: any other name in the file is dropped unseen."""
+    data = json.loads((EVENTS / "env.docker.json").read_text(encoding="utf-8"))
+    declared = {name for fn in template.functions.values() for name in fn.environment}
+    assert set(data["Parameters"]) <= declared, set(data["Parameters"]) - declared
+    for logical_id, variables in data.items():
+        if logical_id != "Parameters":
+            own = set(template.functions[logical_id].environment)
+            assert set(variables) <= own, f"{logical_id}: {sorted(set(variables) - own)} not declared"
+
+
+def test_docker_env_vars_give_each_function_the_queue_its_variable_names(template: Template) -> None:
+    data = json.loads((EVENTS / "env.docker.json").read_text(encoding="utf-8"))
+    queues = 0
+    for logical_id, variables in data.items():
+        if logical_id == "Parameters":
+            continue
+        for name, value in variables.items():
+            declared = template.functions[logical_id].environment[name]
+            if isinstance(declared, dict) and declared.get("Ref") in template.queues():
+                queues += 1
+                assert value.startswith("http://host.docker.internal:"), value
+                assert value.rsplit("/", 1)[1] == declared["Ref"], f"{logical_id} {name}={value}"
+    assert queues >= 4  # the API's and the reconciler's OrderQueue, the DLQ, the poison queue
 
 
 def test_runner_env_vars_give_what_the_runner_cannot_resolve(template: Template) -> None:
