@@ -41,7 +41,10 @@ class LogContext(logging.Filter):
             cold_start = self._first and _is_cold_start()
             self._first = False
             self._pending = (event, context, cold_start)
-            return handler(event, context)
+            try:
+                return handler(event, context)
+            finally:
+                self._pending = None  # nothing of it lingers for a line logged between invocations
 
         return run  # type: ignore[return-value]
 
