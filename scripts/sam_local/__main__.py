@@ -10,12 +10,14 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
 from scripts.sam_local import base_image
 from scripts.sam_local.commands import Commands
 from scripts.sam_local.docker_host import DockerHost, Relays
+from scripts.sam_local.endpoint_sale import PRESSES, STOCK, USERS, EndpointSale
 from scripts.sam_local.progress import CheckFailed, Progress, Unavailable, warn
 from scripts.sam_local.sam import SamCli
 from scripts.sam_local.sandbox import Sandbox
@@ -42,7 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m scripts.sam_local",
         description=(
             "The real SAM CLI against template.yaml: sam build, sam local invoke of every function with its "
-            "events/ file, then sam local start-api; each answer and its effect in Redis, MySQL and SQS checked, "
+            "events/ file, then sam local start-api, and seckill-flash-sale --endpoint against it (tokens from sam "
+            "local start-lambda); each answer and its effect in Redis, MySQL and SQS checked, "
             "against the local Redis and MySQL and a moto server, under names of the run's own, removed at the end."
         ),
         epilog=EPILOG,
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     shutil.rmtree(LOG_DIR, ignore_errors=True)
     LOG_DIR.mkdir(parents=True)
-    progress = Progress(total=8)
+    progress = Progress(total=9)
     commands = Commands(LOG_DIR, {**os.environ, **LOCAL_AWS, "SAM_CLI_TELEMETRY": "0"})
     cleanup = Cleanup()
     image = "(not chosen)"
@@ -179,7 +182,7 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
         progress.detail(
             f"MySQL: database {box.db_name} and user {box.db_user} (granted only on it); Redis db {box.redis_db}"
         )
-        progress.detail(f"SQS and STS: moto at {box.sqs_endpoint}, queues sam{box.run_id}-<LogicalId>")
+        progress.detail(f"SQS and STS: moto at {box.sqs_endpoint}, queues {box.queue_prefix}<LogicalId>")
         progress.detail(
             f"relays on {gateway} (host.docker.internal): Redis :{ports['redis_port']}, MySQL :{ports['mysql_port']}, "
             f"moto :{ports['sqs_port']}; env-vars: events/env.docker.json with these put in ({env_file})"
@@ -190,8 +193,15 @@ def run(args: argparse.Namespace, progress: Progress, commands: Commands, cleanu
     )
     with progress.step("sam local invoke: every function with its events/ file"):
         scenario.invokes_before_the_api()
-    with progress.step("sam local start-api: a press, a status read, a press without a token"):
-        scenario.api(LOG_DIR / "start-api.log")
+    with ExitStack() as serving:
+        with progress.step("sam local start-api: a press, a status read, a press without a token"):
+            api = serving.enter_context(scenario.serving(LOG_DIR / "start-api.log"))
+            scenario.api_calls(api)
+        with progress.step(
+            f"seckill-flash-sale --endpoint (sam local start-api) --stack-name (moto): "
+            f"{USERS} users x {PRESSES} presses, stock {STOCK}"
+        ):
+            EndpointSale(sam, box, docker, progress, LOG_DIR, template).run(api)
     with progress.step("sam local invoke: the admin stops the sale, the stack is deleted"):
         scenario.invokes_after_the_api()
     return chosen.summary

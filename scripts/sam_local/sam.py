@@ -1,4 +1,4 @@
-"""The SAM CLI commands a run drives: build, local invoke, local start-api."""
+"""The SAM CLI commands a run drives: build, local invoke, local start-api, local start-lambda."""
 
 from __future__ import annotations
 
@@ -57,25 +57,34 @@ class SamCli:
         except json.JSONDecodeError as exc:
             raise CheckFailed(f"{function} answered something that is not JSON: {lines[-1][:300]}") from exc
 
-    def start_api(self, port: int, log: Path) -> StartApi:
+    def start_api(self, port: int, log: Path) -> SamServer:
+        """``sam local start-api``, every function's container started first."""
+        return self._serve("start-api", port, log, "EAGER")
+
+    def start_lambda(self, port: int, log: Path) -> SamServer:
+        """``sam local start-lambda`` (Lambda's Invoke API), a container started at a function's first invoke."""
+        return self._serve("start-lambda", port, log, "LAZY")
+
+    def _serve(self, command: str, port: int, log: Path, warm: str) -> SamServer:
         process = subprocess.Popen(
             [
-                str(self.sam), "local", "start-api", "--host", "127.0.0.1", "--port", str(port),
-                "--warm-containers", "EAGER", *self.local_options,
+                str(self.sam), "local", command, "--host", "127.0.0.1", "--port", str(port),
+                "--warm-containers", warm, *self.local_options,
             ],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             env=self.commands.env,
             start_new_session=True,
         )  # fmt: skip
-        return StartApi(process, f"http://127.0.0.1:{port}", log)
+        return SamServer(process, f"sam local {command}", f"http://127.0.0.1:{port}", log)
 
 
-class StartApi:
-    """A running ``sam local start-api``."""
+class SamServer:
+    """A running ``sam local start-api`` or ``start-lambda``."""
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], name: str, url: str, log: Path) -> None:
         self.process = process
+        self.name = name
         self.url = url
         self.log = log
 
@@ -92,19 +101,17 @@ class StartApi:
             return status, body.decode(errors="replace")
 
     def wait_ready(self, probe: str, timeout: float) -> None:
-        """Until the API answers ``probe`` (EAGER: every function's container is started first)."""
+        """Until the server answers ``probe``, with any status (EAGER: every container is started first)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise Unavailable(
-                    f"sam local start-api exited {self.process.returncode}:\n{tail(self.log.read_text())}"
-                )
+                raise Unavailable(f"{self.name} exited {self.process.returncode}:\n{tail(self.log.read_text())}")
             try:
                 self.request("GET", probe)
                 return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.5)
-        raise Unavailable(f"sam local start-api did not answer within {timeout:.0f} s:\n{tail(self.log.read_text())}")
+        raise Unavailable(f"{self.name} did not answer within {timeout:.0f} s:\n{tail(self.log.read_text())}")
 
     def stop(self) -> None:
         """SIGINT first, as Ctrl-C would (SAM then stops its warm containers), then SIGTERM."""

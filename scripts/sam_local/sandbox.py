@@ -42,6 +42,7 @@ class Sandbox:
         self.settings = replace(
             settings, redis_url=urlunsplit(urlsplit(settings.redis_url)._replace(path=f"/{self.redis_db}"))
         )
+        self.queue_prefix = f"sam{self.run_id}-"
         self.db_name = f"seckill_sam_{self.run_id}"
         self.db_user = f"seckill_sam_{self.run_id}"
         self.db_password = secrets.token_urlsafe(18)
@@ -123,7 +124,7 @@ class Sandbox:
         host, port = self._moto.get_host_and_port()
         self.sqs_endpoint = f"http://{host}:{port}"
         self.sqs = sqs_client(self.sqs_endpoint)
-        self.queues = ensure_queues(self.sqs, self.template, prefix=f"sam{self.run_id}-")
+        self.queues = ensure_queues(self.sqs, self.template, prefix=self.queue_prefix)
 
     @property
     def moto_port(self) -> int:

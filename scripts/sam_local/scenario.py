@@ -13,13 +13,15 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from scripts.sam_local.docker_host import DockerHost, free_port
 from scripts.sam_local.progress import CheckFailed, Progress
-from scripts.sam_local.sam import SamCli
+from scripts.sam_local.sam import SamCli, SamServer
 from scripts.sam_local.sandbox import Sandbox
 from seckill import keys
 from seckill.migrate import statements
@@ -366,7 +368,9 @@ class Scenario:
 
     # --- sam local start-api -------------------------------------------------------------
 
-    def api(self, log: Path) -> None:
+    @contextmanager
+    def serving(self, log: Path) -> Iterator[SamServer]:
+        """``sam local start-api``, answering, until the block ends; then stopped, its containers removed."""
         before = self.docker.sam_containers()
         started = time.monotonic()
         api = self.sam.start_api(free_port("127.0.0.1"), log)
@@ -377,13 +381,13 @@ class Scenario:
             self.progress.passed(
                 f"sam local start-api --warm-containers EAGER: answering on {api.url}", time.monotonic() - started
             )
-            self.api_calls(api)
+            yield api
         finally:
             api.stop()
             removed = self.docker.remove_containers(self.docker.sam_containers() - before)
             self.progress.detail(f"start-api stopped; {removed or 'no containers left'}")
 
-    def api_calls(self, api: Any) -> None:
+    def api_calls(self, api: SamServer) -> None:
         user = self.users[1]
         press = f"/voucher-order/seckill/{self.voucher}"
         started = time.monotonic()

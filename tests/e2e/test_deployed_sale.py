@@ -28,6 +28,7 @@ import urllib3
 from seckill.db import Credentials, Database
 from seckill_demo.stack import free_port
 from seckill_local.lambdas import local_parameters
+from seckill_local.outputs_stack import outputs_template
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import ROOT, Template
 from tests.helpers import db_rows
@@ -35,21 +36,6 @@ from tests.helpers import db_rows
 pytestmark = pytest.mark.e2e
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
-
-
-def outputs_template(queues: dict[str, str], minter: bool = True) -> str:
-    """A stack holding nothing but the outputs a deployed stack has."""
-    outputs = {
-        "OrderQueueUrl": queues["OrderQueue"],
-        "OrderDeadLetterQueueUrl": queues["OrderDeadLetterQueue"],
-        "OrderPoisonQueueUrl": queues["OrderPoisonQueue"],
-    } | ({"TokenMinterFunctionName": "TokenMinterFunction"} if minter else {})
-    return json.dumps(
-        {
-            "Resources": {"Alarms": {"Type": "AWS::SNS::Topic"}},
-            "Outputs": {key: {"Value": value} for key, value in outputs.items()},
-        }
-    )
 
 
 def wait_ready(process: subprocess.Popen[bytes], ready: Any, what: str, timeout: float = 90) -> None:
