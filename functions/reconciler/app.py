@@ -42,10 +42,6 @@ db = Database.from_settings(settings)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     seconds = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds()))
     pending_age = operator_pending_age(seconds, "pendingAgeSeconds")
-    # If Redis lost data, rebuild first (waiting for the queue to drain, so the rebuilt
-    # stock counts every accepted order); the gate answers 503 meanwhile.
-    wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
-    recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait)
     result = reconcile(
         db,
         redis,
@@ -55,6 +51,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         pending_age=pending_age,
         repair=bool(event.get("repair", True)),
     )
+    # If Redis lost data (all of it, or the vouchers the pass found missing), rebuild
+    # once the queue has drained, so the rebuilt stock counts every accepted order; the
+    # gate answers 503 for them meanwhile, and the next pass reconciles them.
+    wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
+    recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait, missing=result.totals()["missing"] > 0)
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
     for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
         if totals[name]:

@@ -238,7 +238,15 @@ def some_voucher_missing(db: Database, redis: Any, scripts: Scripts) -> bool:
 
 
 def recover_if_lost(
-    db: Database, redis: Any, scripts: Scripts, sqs: Any, settings: Settings, *, wait: float, force: bool = False
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    sqs: Any,
+    settings: Settings,
+    *,
+    wait: float,
+    force: bool = False,
+    missing: bool | None = None,
 ) -> Recovery:
     """When Redis lost data (or with ``force``): once every accepted order can be counted
     (OrderQueue drained, the dead-letter queue read whole), rebuild what is missing
@@ -246,9 +254,12 @@ def recover_if_lost(
 
     Up to ``wait`` seconds go to the queue's draining when Redis lost everything (the
     gate answers 503 for every voucher meanwhile) or with ``force``; a voucher missing
-    alone is rebuilt only if the queue is drained already, or on a later run."""
+    alone is rebuilt only if the queue is drained already, or on a later run.
+
+    ``missing``: whether some voucher is missing, when the caller has just seen it
+    (a reconciliation pass); None to look."""
     everything = force or not redis.exists(keys.loaded())
-    if not everything and not some_voucher_missing(db, redis, scripts):
+    if not everything and not (some_voucher_missing(db, redis, scripts) if missing is None else missing):
         return Recovery(False, [], 0)
     if not wait_drained(sqs, settings.order_queue_url, wait if everything else 0):
         depth = queue_depth(sqs, settings.order_queue_url)

@@ -216,9 +216,10 @@ class LocalSale(Sale):
         return bodies
 
     def reconcile(self, pending_age: timedelta = timedelta(0)) -> dict[str, int]:
-        """What ReconcilerFunction does, for this sale's voucher: recovery if Redis lost
-        data, then one reconciliation pass (after the sale no request is in flight: any
-        age is stale)."""
+        """ReconcilerFunction's two steps for this sale's voucher, recovery first (so the
+        end of a run needs no second schedule to reconcile what was rebuilt): recovery if
+        Redis lost data, then one pass (after the sale no request is in flight: any age
+        is stale)."""
         recovery = recover_if_lost(self.db, self.redis, self.scripts, self.sqs, self.settings(), wait=0)
         result = reconcile(
             self.db,

@@ -96,14 +96,14 @@ def test_reconciler_function_rebuilds_a_voucher_redis_lost_before_it_reconciles(
     order_queue: str,
     make_voucher: Callable[..., int],
 ) -> None:
-    """The scheduled run is the automatic way back: recovery (the queue is drained),
-    then reconciliation of the rebuilt voucher."""
+    """The scheduled run is the automatic way back: the pass finds the voucher missing,
+    and recovery (the queue is drained) rebuilds it."""
     voucher_id = make_voucher(stock=4)
     redis.delete(*keys.voucher_keys(voucher_id))
     result = handlers["ReconcilerFunction"]({"pendingAgeSeconds": 30}, context)
     assert result["recovery"] == {"lost": True, "blocked": ""}
+    assert result["totals"]["missing"] >= 1
     assert result["totals"]["rebuilt"] >= 1
-    assert result["totals"]["missing"] == 0
     assert redis.get(keys.stock(voucher_id)) == "4"
 
 
