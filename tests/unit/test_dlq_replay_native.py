@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -13,7 +14,7 @@ from botocore.stub import Stubber
 from rich.console import Console
 
 from seckill_ops import dlq_replay
-from tests.helpers import run_dlq_replay
+from tests.helpers import run_dlq_replay, run_python
 
 DLQ_INFO = dlq_replay.QueueInfo("https://sqs/1/dlq", "arn:aws:sqs:us-east-1:123456789012:dlq", 5)
 
@@ -102,3 +103,13 @@ def test_help_explains_itself() -> None:
     assert result.returncode == 0
     for text in ("seckill-dlq-replay", "--stack-name", "--dry-run", "--portable", "examples:", "exit codes:"):
         assert text in result.stdout
+
+
+def test_the_checkout_path_runs_the_same_command() -> None:
+    """``scripts/dlq_replay.py`` is the documented path of the replay in a checkout."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "dlq_replay.py"
+    result = run_python(str(script), "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == run_dlq_replay("--help").stdout
+    usage_error = run_python(str(script), "--dlq-url", "x")
+    assert usage_error.returncode == 2
