@@ -72,7 +72,7 @@ class Arena:
 
     def persist(self, m: OrderMessage) -> Decision:
         """An earlier delivery."""
-        return persist_order(self.db, self.redis, self.gate, m)
+        return persist_order(self.db, self.redis, self.gate.scripts, m)
 
     def set_stock(self, voucher_id: int, stock: int) -> None:
         db_rows(self.db, "UPDATE tb_seckill_voucher SET stock = %s WHERE voucher_id = %s", stock, voucher_id)

@@ -20,7 +20,6 @@ from redis.exceptions import NoScriptError
 
 from seckill import hints, keys
 from seckill.db import Database, is_connection_error
-from seckill.gate import Gate
 from seckill.hints import CONFIRMED, FAILED
 from seckill.messages import OrderMessage
 from seckill.scripts import Scripts
@@ -58,9 +57,9 @@ def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequenc
     return outcomes
 
 
-def persist_order(db: Database, redis: Any, gate: Gate, message: OrderMessage) -> Decision:
+def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
     """One order, as a batch of one; raises what left it undecided."""
-    (outcome,) = persist_orders(db, redis, gate.scripts, [message])
+    (outcome,) = persist_orders(db, redis, scripts, [message])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

@@ -74,7 +74,7 @@ def persist_all(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> lis
     decided = []
     for m in drain(sqs, url):
         message = OrderMessage.from_json(m["Body"])
-        decided.append((message.order_id, persist_order(db, redis, gate, message).status))
+        decided.append((message.order_id, persist_order(db, redis, gate.scripts, message).status))
     return decided
 
 

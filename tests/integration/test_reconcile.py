@@ -53,7 +53,7 @@ def persist_queue(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> i
     """Persist what is on the queue, as the persister would."""
     messages = drain(sqs, url)
     for m in messages:
-        persist_order(db, redis, gate, OrderMessage.from_json(m["Body"]))
+        persist_order(db, redis, gate.scripts, OrderMessage.from_json(m["Body"]))
     return len(messages)
 
 
@@ -85,7 +85,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     assert drain(sqs, queue.queue_url) == []
     assert stocks(db, redis, voucher_id) == (3, 3)
     assert not redis.sismember(keys.buyers(voucher_id), message.user_id)
-    assert persist_order(db, redis, gate, message).status == "FAILED"  # a copy that was sent after all
+    assert persist_order(db, redis, gate.scripts, message).status == "FAILED"  # a copy that was sent after all
     assert confirmed(db, voucher_id) == 0
     reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)
     assert reasons == [{"reason": "NOT_QUEUED"}]
@@ -146,7 +146,7 @@ def test_decided_order_whose_mark_was_not_cleared_is_cleared(
     message = reservation
     # The persister committed, then could not reach Redis to clear the mark.
     unreachable = redis_unreachable()
-    persist_order(db, unreachable, Gate(unreachable, Scripts.register(unreachable)), message)
+    persist_order(db, unreachable, Scripts.register(unreachable), message)
     assert redis.hlen(keys.pending(voucher_id)) == 1
 
     result = run(voucher_id)
@@ -168,7 +168,7 @@ def test_drift_is_repaired_only_once_the_queue_is_drained(
     """Original design's defect: Redis/DB double-write drift."""
     voucher_id = make_voucher(stock=5)
     reservation, _ = win(gate, redis, voucher_id)
-    persist_order(db, redis, gate, reservation)
+    persist_order(db, redis, gate.scripts, reservation)
     stranger = new_user()
     redis.set(keys.stock(voucher_id), 9)
     redis.srem(keys.buyers(voucher_id), reservation.user_id)
@@ -244,7 +244,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     for user_id in first_buyers:
         reservation, _ = win(gate, redis, voucher_id, user_id)
         message = reservation
-        persist_order(db, redis, gate, message)
+        persist_order(db, redis, gate.scripts, message)
 
     lose_redis_state(redis, voucher_id)
     # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
@@ -272,7 +272,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
         except SeckillError as error:
             outcomes.append(error.code)
             continue
-        persist_order(db, redis, gate, reservation)
+        persist_order(db, redis, gate.scripts, reservation)
         outcomes.append("OK")
     assert outcomes == ["OK"] * 6 + ["SOLD_OUT"] * 2
     assert confirmed(db, voucher_id) == 10
@@ -296,7 +296,7 @@ def test_redis_flushed_with_orders_still_queued_oversells_nothing(
     for _ in range(3):
         reservation, _ = win(gate, redis, voucher_id)
         late.append(reservation)
-    decisions = [persist_order(db, redis, gate, m).status for m in queued + late]
+    decisions = [persist_order(db, redis, gate.scripts, m).status for m in queued + late]
     assert decisions == ["CONFIRMED"] * 3 + ["FAILED"] * 3
     assert confirmed(db, voucher_id) == 3
     reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE voucher_id = %s", voucher_id)
@@ -328,7 +328,7 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
                 outcomes.append(refused.code)
                 continue
             message = reservation
-            outcomes.append(persist_order(db, redis, gate, message).status)
+            outcomes.append(persist_order(db, redis, gate.scripts, message).status)
         return outcomes
 
     looping = threading.Thread(target=reconcile_loop)
@@ -384,7 +384,7 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, redis, voucher_id)
-    persist_order(db, redis, gate, reservation)
+    persist_order(db, redis, gate.scripts, reservation)
     key = keys.order_counter(datetime.now(UTC))
     before = int(redis.get(key))
     try:
@@ -407,7 +407,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
     replay the earlier 202s ended FAILED SOLD_OUT: more 202s than stock."""
     voucher_id = make_voucher(stock=3)
     stored, dead = accept(gate, redis, voucher_id), accept(gate, redis, voucher_id)
-    persist_order(db, redis, gate, stored)
+    persist_order(db, redis, gate.scripts, stored)
     sqs.send_message(QueueUrl=queues["OrderDeadLetterQueue"], MessageBody=dead.to_json())
     lose_redis_state(redis, voucher_id)
     try:
@@ -429,7 +429,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
         accept(gate, redis, voucher_id)
     assert sold_out.value.code == "SOLD_OUT"
     # The DLQ is replayed: every 202 is confirmed, none fails.
-    decisions = [persist_order(db, redis, gate, m).status for m in (dead, late)]
+    decisions = [persist_order(db, redis, gate.scripts, m).status for m in (dead, late)]
     assert decisions == ["CONFIRMED", "CONFIRMED"]
     assert confirmed(db, voucher_id) == 3
     assert stocks(db, redis, voucher_id) == (0, 0)
