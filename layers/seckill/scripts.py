@@ -1,17 +1,19 @@
 """The Lua scripts of ``lua/``, registered on a Redis client.
 
-Scripts run by EVALSHA and are reloaded automatically when Redis has lost them
-(``register_script``). The build ships ``lua/`` (and ``lua/lib/``) inside the
+Scripts run by EVALSHA and are loaded again when Redis has lost them (``Script``).
+The build ships ``lua/`` (and ``lua/lib/``) inside the
 package (``seckill/lua``); a source checkout reads the repository's ``lua/``.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 _PACKAGED = Path(__file__).with_name("lua")
 _SOURCE = Path(__file__).resolve().parents[2] / "lua"
@@ -28,6 +30,29 @@ def read_script(name: str) -> str:
     return library + (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
 
 
+class Script:
+    """A script run by its SHA on one client (a Redis or a RedisCluster), loaded again
+    when Redis answers NOSCRIPT (a restart, a failover, SCRIPT FLUSH).
+
+    redis-py's ``register_script`` does the same, but first asks at every call whether
+    the client is a pipeline: an import and an isinstance against a Protocol-derived
+    class, which cost a refused press more than the rest of its own Python.
+    """
+
+    def __init__(self, redis: Any, text: str) -> None:
+        self.redis = redis
+        self.text = text
+        # Redis names a script by its SHA1.
+        self.sha = hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    def __call__(self, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
+        try:
+            return self.redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.redis.script_load(self.text)
+            return self.redis.evalsha(self.sha, len(keys), *keys, *args)
+
+
 @dataclass(frozen=True)
 class Scripts:
     gate: Script
@@ -41,4 +66,4 @@ class Scripts:
     @classmethod
     def register(cls, redis: Any) -> Scripts:
         names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor")
-        return cls(**{name: redis.register_script(read_script(name)) for name in names})
+        return cls(**{name: Script(redis, read_script(name)) for name in names})
