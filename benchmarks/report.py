@@ -177,13 +177,20 @@ def print_report(report: dict[str, Any], console: Console) -> None:
             "Redis counts the commands run inside scripts too."
         )
     if "transport" in report:
-        table = Table(title="(2) SQS SendMessage on each stand-in (moto behind three HTTP servers), by queue depth")
-        for col in ("server", "depth", "p50 ms", "p95 ms", "p99 ms"):
-            table.add_column(col, justify="left" if col == "server" else "right")
+        table = Table(title="(2) The SQS stand-ins: SQS's behaviours Seckill relies on, and SendMessage by queue depth")
+        for col in ("stand-in", "behaviours", "depth", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(col, justify="left" if col in {"stand-in", "behaviours"} else "right")
         for r in report["transport"]["results"]:
-            for p in r["points"]:
-                table.add_row(r["server"], f"{p['depth']:,}", _ms(p["p50"]), _ms(p["p95"]), _ms(p["p99"]))
+            checks = r["conformance"]
+            kept = f"{sum(checks.values())}/{len(checks)} kept"
+            for i, p in enumerate(r["points"]):
+                name, behaviours = (r["server"], kept) if i == 0 else ("", "")
+                table.add_row(name, behaviours, f"{p['depth']:,}", _ms(p["p50"]), _ms(p["p95"]), _ms(p["p99"]))
         console.print(table)
+        for r in report["transport"]["results"]:
+            for check, kept in r["conformance"].items():
+                if not kept:
+                    console.print(f"  [red]{r['server']} does not keep: {check}[/]")
         for name, why in report["transport"]["not_usable"].items():
             console.print(f"  not measured: {name}: {why}")
     if "request_path" in report:
