@@ -82,7 +82,9 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert cold[0]["init_ms"] > 0
     assert cold[0]["bare_imports_ms"] > 0
 
-    assert {"target", "goal", "measured", "met"} <= set(report["targets"][0])
+    assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
+    for target in report["targets"]:  # a miss says why, from the same report
+        assert bool(target["why"]) is (target["met"] is False), target
     for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     assert "Targets" in done.stdout
