@@ -19,7 +19,8 @@ The fourth is another implementation of SQS:
   SQS's semantics that Seckill relies on (visibility timeouts, receive counts,
   redrive to a dead-letter queue, approximate counts), without moto's scan of
   the whole queue on every SendMessage. It lacks StartMessageMoveTask, which
-  only the replay command uses (not benchmarked).
+  only the replay command uses (not benchmarked). ``serve.mjs`` keeps it on
+  the loopback interface, as the moto servers are.
 
     python -m benchmarks.servers SERVER PORT
 """
