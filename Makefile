@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi bench sam-local
+.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi bench bench-setup sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -63,17 +63,23 @@ CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 D
 test-unit: setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 
-test: setup services validate build ## validate and build the SAM app, lint, then unit, integration and e2e tests
+test: bench-setup services validate build ## validate and build the SAM app, lint, then unit, integration and e2e tests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(BIN)/pytest tests/integration tests/e2e $(ARGS)
 
+# The benchmarks' SQS stand-in: fauxqs and Node.js 22, pinned, from the npm registry.
+FAUXQS := benchmarks/fauxqs
+$(FAUXQS)/node_modules/.package-lock.json: $(FAUXQS)/package-lock.json
+	npm ci --prefix $(FAUXQS) --no-audit --no-fund --loglevel=error
+
+bench-setup: setup $(FAUXQS)/node_modules/.package-lock.json ## install the benchmarks' SQS stand-in (fauxqs on Node.js 22)
+
 openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
 	$(BIN)/seckill-openapi
 
-bench: setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")
-	$(BIN)/python -m pip install --quiet -e ".[bench]"
+bench: bench-setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")
 	$(BIN)/python -m benchmarks $(ARGS)
 
 # Linux; as root it installs and starts what is missing (docker.io, dockerd, socat, debootstrap).
@@ -85,4 +91,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) .pytest_cache .ruff_cache .aws-sam .hypothesis
+	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) $(FAUXQS)/node_modules .pytest_cache .ruff_cache .aws-sam .hypothesis

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from benchmarks.servers import STAND_INS
+
 SIDE_COLORS = {"ours": "tab:blue", "baseline": "tab:orange"}
 
 
@@ -69,10 +71,10 @@ def _transport(transport: dict[str, Any], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in transport["results"]:
         depths = [p["depth"] for p in r["points"]]
-        ax.plot(depths, [p["p50"] for p in r["points"]], marker="o", label=f"moto + {r['server']} (p50)")
+        ax.plot(depths, [p["p50"] for p in r["points"]], marker="o", label=f"{STAND_INS[r['server']]} (p50)")
     ax.set_xlabel("messages already on the queue")
     ax.set_ylabel("SendMessage ms")
-    ax.set_title("The SQS stand-in: one SendMessage by queue depth")
+    ax.set_title("The SQS stand-ins: one SendMessage by queue depth")
     ax.legend()
     fig.tight_layout()
     path = out / "transport.png"

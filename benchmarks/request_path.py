@@ -163,7 +163,7 @@ class Paths:
         after = self.counters.snapshot()
         send = self.timer.total - sent
         if kind == "accepted":
-            self.empty_queue()  # moto's SendMessage slows down with depth: every round starts empty
+            self.empty_queue()  # every round starts on an empty queue (moto slows down with depth)
         wrong = [a for a in answers if a != KINDS[kind]]
         if wrong:
             raise RuntimeError(f"{contender} on {kind}: expected {KINDS[kind]}, got {wrong[0]} ({len(wrong)} of {n})")

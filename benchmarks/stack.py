@@ -1,7 +1,7 @@
 """What every benchmark runs on: a MySQL database of its own (random name, dropped
 at the end), the shared Redis (random voucher ids, their keys removed at the
-end), an SQS stand-in in a process of its own, and each function's environment
-as ``template.yaml`` gives it, pointed at them."""
+end), an SQS stand-in in a process of its own (``benchmarks.servers``), and
+each function's environment as ``template.yaml`` gives it, pointed at them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pymysql
 
 from benchmarks.counters import Counters
-from benchmarks.servers import SqsServer
+from benchmarks.servers import SqsServer, unavailable
 from seckill import keys, vouchers
 from seckill.clients import redis_client
 from seckill.config import Settings
@@ -81,7 +81,7 @@ class BenchStack:
         settings = Settings.from_env()
         name = f"{DB_PREFIX}{secrets.token_hex(4)}"
         creds = Credentials(settings.db_host, settings.db_port, settings.db_user, settings.db_password, name)
-        problem = preflight(settings, creds)
+        problem = preflight(settings, creds) or unavailable(transport)
         if problem:
             raise SystemExit(problem)
         migrate(creds)

@@ -116,6 +116,13 @@ class Gate:
         gone (the persister already decided the order)."""
         return bool(self.scripts.promise(keys=[keys.pending(voucher_id)], args=[user_id, order_id]))
 
+    def promise_in(self, pipe: Any, voucher_id: int, user_id: int, order_id: int) -> None:
+        """``promise`` queued on a pipeline: its reply, 1 or 0, comes with the others; a
+        NoScriptError there means Redis lost the script, and ``promise`` loads it again."""
+        # A plain command: redis-py's cluster pipeline refuses its evalsha() method,
+        # though EVALSHA routes by its key like any other command.
+        pipe.execute_command("EVALSHA", self.scripts.promise.sha, 1, keys.pending(voucher_id), user_id, order_id)
+
     def release(self, reservation: Reservation) -> bool:
         """Give the stock and the user's place back; idempotent."""
         v = reservation.voucher_id

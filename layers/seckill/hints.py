@@ -1,10 +1,13 @@
 """The order-status hint: what the status route may answer from Redis alone.
 
-Written PENDING when an order is queued (by the API, or by a rebuild for an
-order waiting in the dead-letter queue), made final by the persister from what
-it decided, and read by the status route, which trusts only a final hint and
-asks MySQL otherwise. Looked up by order id alone, it cannot live in the
-voucher's slot, so nothing ever needs it for correctness.
+Written PENDING once an order is queued, before its client is answered (by the
+API, in the round trip that promises the order, or by a rebuild for an order
+waiting in the dead-letter queue), made final by the persister from what it
+decided, and read by the status route, which trusts only a final hint and asks
+MySQL otherwise. PENDING never replaces a final hint; should the persister
+decide an order before its PENDING hint is written, the hint stays PENDING and
+MySQL answers. Looked up by order id alone, it cannot live in the voucher's
+slot, so nothing ever needs it for correctness.
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ def created_at(order_id: int, state: str, stored: datetime | None) -> datetime |
 
 
 def write_pending(redis: Any, m: OrderMessage, ttl: int) -> None:
+    """PENDING, unless the order has a hint already: the persister may have decided it
+    (and made its hint final) before this is written. On a pipeline, only queued."""
     hint = status(m.order_id, m.voucher_id, m.user_id, PENDING, None, m.accepted_at)
     try:
-        redis.set(keys.order_status(m.order_id), json.dumps(hint), ex=ttl)
+        redis.set(keys.order_status(m.order_id), json.dumps(hint), ex=ttl, nx=True)
     except RedisError:
         log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
 
@@ -59,10 +64,6 @@ def finalize(redis: Any, m: OrderMessage, state: str, reason: str | None) -> Non
     Only an existing hint is replaced, and it keeps its time to live."""
     hint = status(m.order_id, m.voucher_id, m.user_id, state, reason, created_at(m.order_id, state, m.accepted_at))
     redis.set(keys.order_status(m.order_id), json.dumps(hint), xx=True, keepttl=True)
-
-
-def discard(redis: Any, order_id: int) -> None:
-    redis.delete(keys.order_status(order_id))
 
 
 def read(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, keys
@@ -33,11 +33,12 @@ def place_order(
     Returns the order id the client is answered 202 with. A refusal raises the
     gate's error. The rule for the rest (docs/reservations.md): once an order id
     may be on the queue, the press is answered 202 with it, and the reservation
-    is marked promised, so that reconciliation re-queues an order that never
-    arrived. ``TryAgain`` (503) is raised only when this request's order id is
-    certainly not on the queue; its reservation is then given back, or, if even
-    that fails, left unpromised: the user's next press resumes that order, and
-    reconciliation otherwise fails it, so it can never be confirmed unseen.
+    is marked promised (in the round trip that writes the PENDING status hint),
+    so that reconciliation re-queues an order that never arrived. ``TryAgain``
+    (503) is raised only when this request's order id is certainly not on the
+    queue; its reservation is then given back, or, if even that fails, left
+    unpromised: the user's next press resumes that order, and reconciliation
+    otherwise fails it, so it can never be confirmed unseen.
     """
     try:
         # 32 hex digits, as uuid4().hex, from os.urandom at a third of its cost.
@@ -52,12 +53,11 @@ def place_order(
     resumed = reservation.order_id is not None
     order_id = reservation.order_id if resumed else _attach_new_id(gate, redis, reservation)
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-    hints.write_pending(redis, message, status_ttl)
     if queue.send(message) is not Sent.REFUSED or resumed:
-        _promise(gate, message)
+        _promise(gate, redis, message, status_ttl)
         return order_id
     # Certainly not on the queue, and no other request ever sent this id.
-    _release(gate, redis, reservation, order_id)
+    _release(gate, reservation)
     raise TryAgain("the order could not be queued, please try again")
 
 
@@ -66,7 +66,7 @@ def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int:
         order_id = next_order_id(redis)
         attached = gate.attach(reservation, order_id)
     except Exception as exc:
-        _release(gate, redis, reservation, None)
+        _release(gate, reservation)
         raise TryAgain("the order could not be queued, please try again") from exc
     if attached == TAKEN_OVER:
         # A later press of the same user holds the reservation now and answers for it.
@@ -76,21 +76,27 @@ def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int:
     return order_id
 
 
-def _promise(gate: Gate, m: OrderMessage) -> None:
-    """Tell reconciliation the client holds a 202. If Redis cannot be told and the
-    message never arrived, reconciliation fails the order: decided, never lost."""
+def _promise(gate: Gate, redis: Any, m: OrderMessage, status_ttl: int) -> None:
+    """Tell reconciliation the client holds a 202, and write the PENDING status hint
+    the client's polls read, in one pipelined round trip. Neither can undo the 202: if
+    Redis cannot be told and the message never arrived, reconciliation fails the
+    order (decided, never lost); without a hint the status route asks MySQL."""
+    pipe = redis.pipeline(transaction=False)
+    gate.promise_in(pipe, m.voucher_id, m.user_id, m.order_id)
+    hints.write_pending(pipe, m, status_ttl)
     try:
-        gate.promise(m.voucher_id, m.user_id, m.order_id)
-    except RedisError:
+        promised, _ = pipe.execute(raise_on_error=False)
+        if isinstance(promised, NoScriptError):  # Redis restarted or failed over: load it again
+            gate.promise(m.voucher_id, m.user_id, m.order_id)
+        elif isinstance(promised, Exception):
+            raise promised
+    except Exception:  # the cluster client raises its own errors besides RedisError
         log.warning("could not mark order %s promised", m.order_id, exc_info=True)
 
 
-def _release(gate: Gate, redis: Any, reservation: Reservation, order_id: int | None) -> None:
+def _release(gate: Gate, reservation: Reservation) -> None:
     try:
         gate.release(reservation)
-        if order_id is not None:
-            # Not queued: the status hint must not report it PENDING.
-            hints.discard(redis, order_id)
     except Exception:
         # Unknown whether it was released. If not, the reservation stays unpromised:
         # the user's next press takes it over, or reconciliation releases it (and

@@ -56,6 +56,14 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert rows[("a", "ours")]["transport_share"] > 0
     assert "vs_baseline" in rows[("a", "ours")]
 
+    # Every SQS stand-in, fauxqs (the default) included, keeps the behaviours Seckill relies on.
+    assert report["meta"]["sqs_stand_in"] == "fauxqs on Node.js 22"
+    stand_ins = {r["server"]: r["conformance"] for r in report["transport"]["results"]}
+    assert set(stand_ins) == {"fauxqs", "werkzeug", "waitress", "gunicorn"}
+    for server, checks in stand_ins.items():
+        assert len(checks) == 7, (server, checks)
+        assert all(checks.values()), (server, checks)
+
     kinds = {(r["kind"], r["contender"]) for r in report["request_path"]["results"]}
     for kind in ("refused_cache_off", "refused_cache_warm", "duplicate", "accepted"):
         assert (kind, "handler") in kinds
@@ -74,7 +82,9 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert cold[0]["init_ms"] > 0
     assert cold[0]["bare_imports_ms"] > 0
 
-    assert {"target", "goal", "measured", "met"} <= set(report["targets"][0])
+    assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
+    for target in report["targets"]:  # a miss says why, from the same report
+        assert bool(target["why"]) is (target["met"] is False), target
     for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     assert "Targets" in done.stdout

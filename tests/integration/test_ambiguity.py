@@ -10,6 +10,7 @@ a 503 succeeds at once; no more 202s than stock.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import boto3
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from seckill import keys
+from seckill import hints, keys
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
@@ -345,3 +346,38 @@ def test_a_client_shared_with_an_order_queue_still_sends_on_its_own(sqs: Any, qu
     bodies = [m["Body"] for m in drain(sqs, url)]
     assert len(bodies) == 2
     assert "direct" in bodies
+
+
+# --- the promise and the status hint, written after the send --------------------------------
+
+
+def test_an_accepted_press_leaves_its_mark_promised_and_its_hint_pending_after_a_script_flush(
+    db: Database, gate: Gate, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    """The promise and the PENDING hint share one pipelined round trip after the send;
+    a Redis that lost its scripts (a restart) gets the promise script loaded again."""
+    voucher_id, buyer = make_voucher(stock=1), new_user()
+    redis.script_flush()
+    order_id = place_order(gate, redis, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, buyer, status_ttl=TTL)
+
+    mark = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert mark is not None
+    assert (mark.order_id, mark.promised) == (order_id, True)
+    hint = json.loads(redis.get(keys.order_status(order_id)))
+    assert (hint["status"], hint["userId"], hint["voucherId"]) == ("PENDING", buyer, voucher_id)
+    assert 0 < redis.ttl(keys.order_status(order_id)) <= TTL
+
+
+def test_a_pending_hint_written_after_the_persister_decided_leaves_the_final_hint(
+    db: Database, gate: Gate, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
+) -> None:
+    """The persister may decide an order before its press writes the PENDING hint:
+    PENDING never replaces a final hint."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=1), new_user()
+    order_id = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    ((message_id, status),) = persist_all(sqs, url, db, redis, gate)
+    assert (message_id, status) == (order_id, "CONFIRMED")
+
+    hints.write_pending(redis, OrderMessage(order_id, buyer, voucher_id, datetime.now(UTC)), TTL)
+    assert json.loads(redis.get(keys.order_status(order_id)))["status"] == "CONFIRMED"

@@ -29,6 +29,8 @@ from seckill.db import Database
 from seckill.errors import SeckillError
 from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.messages import OrderQueue
+from seckill.orders import place_order
 from seckill.persistence import Decision, persist_orders
 from seckill.scripts import Scripts
 from seckill.vouchers import SeckillVoucherIn, create_seckill_voucher, preload
@@ -184,3 +186,30 @@ def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: 
     for m in messages:
         assert not cluster.hexists(keys.pending(m.voucher_id), str(m.user_id))
         assert json.loads(cluster.get(keys.order_status(m.order_id)))["status"] == "CONFIRMED"
+
+
+def test_a_press_is_promised_with_its_hint_across_slots_after_the_nodes_lost_their_scripts(
+    cluster: Any, db: Database, sqs: Any, queues: dict[str, str]
+) -> None:
+    """The press's last round trip on a cluster: the promise (the voucher's slot) and the
+    PENDING hint (the order id's) in one pipeline, with the promise script loaded again."""
+    scripts = Scripts.register(cluster)
+    gate = Gate(cluster, scripts, refusal_cache_seconds=0)
+    now = datetime.now(UTC)
+    voucher = SeckillVoucherIn(
+        shop_id=1,
+        title="cluster voucher",
+        pay_value=8000,
+        actual_value=10000,
+        stock=1,
+        begin_time=now - timedelta(minutes=1),
+        end_time=now + timedelta(hours=1),
+    )
+    voucher_id, buyer = create_seckill_voucher(db, cluster, voucher), new_user()
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    cluster.script_flush()
+
+    order_id = place_order(gate, cluster, queue, db, voucher_id, buyer, status_ttl=60)
+
+    assert cluster.hget(keys.pending(voucher_id), str(buyer)).endswith(f":{order_id}:promised")
+    assert json.loads(cluster.get(keys.order_status(order_id)))["status"] == "PENDING"
