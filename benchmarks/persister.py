@@ -44,7 +44,7 @@ from seckill import hints
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Database, connect
-from seckill.gate import Gate
+from seckill.gate import Gate, Reservation
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage
 from seckill.scripts import Scripts
@@ -98,6 +98,8 @@ class Persisting:
         base = far_id()
         for i in range(n):
             reservation = self.gate.reserve(voucher_id, base + i, uuid.uuid4().hex)
+            if not isinstance(reservation, Reservation):
+                raise RuntimeError(f"voucher {voucher_id}: the gate refused an order to persist: {reservation}")
             order_id = next_order_id(self.redis)
             self.gate.attach(reservation, order_id)
             m = OrderMessage(order_id, base + i, voucher_id, datetime.fromtimestamp(reservation.accepted_ms / 1e3, UTC))

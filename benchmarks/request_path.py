@@ -20,7 +20,6 @@ Contenders run in interleaved rounds; each figure is the median of rounds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -40,8 +39,7 @@ from seckill import keys, orders
 from seckill.clients import redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, connect
-from seckill.errors import SeckillError
-from seckill.gate import Gate
+from seckill.gate import Gate, Refusal
 from seckill.ids import next_order_id
 from seckill.messages import OrderQueue
 from seckill.scripts import Scripts, read_script
@@ -117,11 +115,8 @@ class Paths:
             def place() -> list[Any]:
                 answers = []
                 for u in users:
-                    try:
-                        orders.place_order(gate, self.redis, self.queue, self.db, voucher, u, status_ttl=self.ttl)
-                        answers.append("202")
-                    except SeckillError as error:
-                        answers.append(f"{error.status} {error.code}")
+                    answer = orders.place_order(gate, self.redis, self.queue, self.db, voucher, u, status_ttl=self.ttl)
+                    answers.append(f"{answer.status} {answer.code}" if isinstance(answer, Refusal) else "202")
                 return answers
 
             return place
@@ -151,10 +146,9 @@ class Paths:
         loop = self.requests(kind, contender, n)
         if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
             self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
-            with contextlib.suppress(SeckillError):
-                orders.place_order(
-                    self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
-                )
+            orders.place_order(
+                self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
+            )
         sent = self.timer.total
         before = self.counters.snapshot()
         started = time.perf_counter()

@@ -21,7 +21,7 @@ from botocore.credentials import Credentials as AwsCredentials
 from seckill import keys
 from seckill.config import Settings
 from seckill.db import Database
-from seckill.gate import ATTACHED, Gate
+from seckill.gate import ATTACHED, Gate, Reservation
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue
 from seckill.reconcile import VoucherReconciled, reconcile
@@ -82,11 +82,17 @@ def accept(
     """What the API does for a winner, short of the send: reserve, make the order id,
     attach it, and (``promise``) mark it promised, as once its client is answered 202."""
     reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
+    assert isinstance(reservation, Reservation), reservation
+    return accepted(gate, redis, reservation, promise=promise)
+
+
+def accepted(gate: Gate, redis: Any, reservation: Reservation, *, promise: bool = True) -> OrderMessage:
+    """``accept`` once the gate has reserved."""
     order_id = next_order_id(redis)
     assert gate.attach(reservation, order_id) == ATTACHED
     if promise:
-        assert gate.promise(voucher_id, reservation.user_id, order_id)
-    return OrderMessage(order_id, reservation.user_id, voucher_id, from_ms(reservation.accepted_ms))
+        assert gate.promise(reservation.voucher_id, reservation.user_id, order_id)
+    return OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
 
 
 def reconcile_voucher(

@@ -11,8 +11,9 @@ Redis round trip (none while the sold-out answer is cached):
   ``press`` directly; the Powertools resolver serves every other route (and
   holds the press's route too, for the OpenAPI document and any event that
   arrives without its route key).
-- A refusal is an answer, not a captured exception: it is counted in a Tally
-  (summed, published every few seconds, seckill.tally), not printed per request.
+- A refusal is an answer, returned (``seckill.gate.Refusal``), not an exception
+  raised and caught: it is counted in a Tally (summed, published every few
+  seconds, seckill.tally), not printed per request.
 - Traces: invocations X-Ray samples get the handler's subsegment, annotated with
   the route, the status and the refusal's code, and the SQL and SQS calls'
   subsegments; the others skip the tracer (X-Ray would discard what it built).
@@ -43,7 +44,7 @@ from seckill.clients import OnFirstUse, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database, is_connection_error
 from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
-from seckill.gate import Gate
+from seckill.gate import Gate, Refusal
 from seckill.ids import parse_id
 from seckill.logcontext import LogContext
 from seckill.messages import OrderQueue
@@ -94,8 +95,9 @@ def user_of(event: dict[str, Any]) -> int:
     return parse_id(user_id, "userId")
 
 
-def place(event: dict[str, Any]) -> int:
-    """The press's order id, or the error that answers it."""
+def place(event: dict[str, Any]) -> int | Refusal:
+    """The press's order id or refusal; a request without a valid user or voucher id, or
+    a service that cannot answer, raises the error that answers it."""
     user_id = user_of(event)
     voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
     return orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
@@ -105,13 +107,13 @@ def press(event: dict[str, Any]) -> dict[str, Any]:
     """POST /voucher-order/seckill/{voucherId}, as the HTTP API integration answers it:
     202 with the order id, or the refusal (prebuilt: a sale repeats a handful of them)."""
     try:
-        order_id = place(event)
-    except SeckillError as error:
-        account(error)
-        return results.refusal(error.status, error.code, error.message)
+        answer = place(event)
     except Exception as error:
         return results.http_api(error_response(error), event)
-    return results.http_api(accepted(order_id), event)
+    if isinstance(answer, Refusal):
+        count_refusal(answer.code)
+        return results.refusal(answer.status, answer.code, answer.message)
+    return results.http_api(accepted(answer), event)
 
 
 def accepted(order_id: int) -> Response[str]:
@@ -143,7 +145,11 @@ def accepted(order_id: int) -> Response[str]:
     ),
 )
 def press_route(voucherId: openapi.IdText) -> Response[str]:
-    return accepted(place(app.current_event.raw_event))
+    answer = place(app.current_event.raw_event)
+    if isinstance(answer, Refusal):
+        count_refusal(answer.code)
+        return results.fail(answer.status, answer.code, answer.message)
+    return accepted(answer)
 
 
 def require_admin() -> None:
@@ -296,19 +302,19 @@ def error_response(error: Exception) -> Response:
 
 
 def refused(error: SeckillError) -> Response:
-    account(error)
-    return results.fail(error.status, error.code, error.message)
-
-
-def account(error: SeckillError) -> None:
-    """A refusal's trace of itself: a 503 logged and counted, any other summed in the tally."""
+    """A raised refusal's answer: a 503 logged and counted, any other summed in the tally."""
     if isinstance(error, TryAgain):
         logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
         metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
     else:
-        tally.count(f"Refused{error.code}")
-        if traced():
-            tracer.put_annotation(key="refusal", value=error.code)
+        count_refusal(error.code)
+    return results.fail(error.status, error.code, error.message)
+
+
+def count_refusal(code: str) -> None:
+    tally.count(f"Refused{code}")
+    if traced():
+        tracer.put_annotation(key="refusal", value=code)
 
 
 @app.not_found

@@ -9,25 +9,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from seckill import keys
-from seckill.errors import Conflict, NotFound, SeckillError, TryAgain
+from seckill.errors import TryAgain
 from seckill.scripts import Scripts
 
 OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED = 0, 1, 2, 3, 4, 5, 6
-REFUSALS: dict[int, tuple[type[SeckillError], str, str]] = {
-    NOT_FOUND: (NotFound, "VOUCHER_NOT_FOUND", "voucher not found"),
-    NOT_STARTED: (Conflict, "NOT_STARTED", "the sale has not started"),
-    ENDED: (Conflict, "ENDED", "the sale has ended"),
-    SOLD_OUT: (Conflict, "SOLD_OUT", "sold out"),
-    DUPLICATE: (Conflict, "DUPLICATE_ORDER", "one order per user"),
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The gate's no, as the client is told it (docs/contract.md): an answer, not an
+    error, so it is returned, never raised. Most presses of a sale end here."""
+
+    status: int
+    code: str
+    message: str
+
+
+REFUSALS: dict[int, Refusal] = {
+    NOT_FOUND: Refusal(404, "VOUCHER_NOT_FOUND", "voucher not found"),
+    NOT_STARTED: Refusal(409, "NOT_STARTED", "the sale has not started"),
+    ENDED: Refusal(409, "ENDED", "the sale has ended"),
+    SOLD_OUT: Refusal(409, "SOLD_OUT", "sold out"),
+    DUPLICATE: Refusal(409, "DUPLICATE_ORDER", "one order per user"),
 }
 # Refusals that stay true for everyone for a while, so a warm function may
 # repeat them without asking Redis.
 _CACHEABLE = {ENDED, SOLD_OUT}
-
-
-def refusal(code: int) -> SeckillError:
-    cls, error_code, message = REFUSALS[code]
-    return cls(message, code=error_code)
 
 
 @dataclass(frozen=True)
@@ -77,31 +84,31 @@ class Gate:
         self.scripts = scripts
         self.refusal_cache_seconds = refusal_cache_seconds
         self.clock = clock
-        self._refused: dict[int, tuple[float, int]] = {}
+        self._refused: dict[int, tuple[float, Refusal]] = {}
 
-    def reserve(self, voucher_id: int, user_id: int, token: str) -> Reservation:
-        """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered."""
+    def reserve(self, voucher_id: int, user_id: int, token: str) -> Reservation | Refusal:
+        """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered.
+        ``TryAgain`` when Redis has lost its data (the voucher may exist after all)."""
         cached = self._refused.get(voucher_id)
         if cached is not None:
-            expires, code = cached
+            expires, refusal = cached
             if self.clock() < expires:
-                raise refusal(code)
+                return refusal
             # pop, not del: a release in another thread may have dropped it already.
             self._refused.pop(voucher_id, None)
-        code, now_ms, order_id = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=[user_id, token])
-        code = int(code)
+        code, now_ms, order_id = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=(user_id, token))
         if code in (OK, RESUMED):
-            return Reservation(voucher_id, user_id, token, int(now_ms), int(order_id) if order_id else None)
+            return Reservation(voucher_id, user_id, token, now_ms, int(order_id) if order_id else None)
         if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE:
             self.remember_refusal(voucher_id, code)
-        raise refusal(code)
+        return REFUSALS[code]
 
     def remember_refusal(self, voucher_id: int, code: int) -> None:
         """Repeat this refusal without asking Redis for a while (SOLD_OUT, ENDED)."""
         if self.refusal_cache_seconds > 0:
-            self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, code)
+            self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, REFUSALS[code])
 
     def attach(self, reservation: Reservation, order_id: int) -> int:
         """Write the order id onto the reservation: ATTACHED, GONE or TAKEN_OVER."""

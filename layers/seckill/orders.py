@@ -14,8 +14,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, keys
 from seckill.db import Database, is_connection_error
-from seckill.errors import NotFound, SeckillError, TryAgain
-from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, TAKEN_OVER, Gate, Reservation, refusal
+from seckill.errors import NotFound, TryAgain
+from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Refusal, Reservation
 from seckill.hints import CONFIRMED, FAILED, PENDING
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue, Sent
@@ -27,18 +27,18 @@ log = logging.getLogger(__name__)
 
 def place_order(
     gate: Gate, redis: Any, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
-) -> int:
+) -> int | Refusal:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
-    Returns the order id the client is answered 202 with. A refusal raises the
-    gate's error. The rule for the rest (docs/reservations.md): once an order id
-    may be on the queue, the press is answered 202 with it, and the reservation
-    is marked promised (in the round trip that writes the PENDING status hint),
-    so that reconciliation re-queues an order that never arrived. ``TryAgain``
-    (503) is raised only when this request's order id is certainly not on the
-    queue; its reservation is then given back, or, if even that fails, left
-    unpromised: the user's next press resumes that order, and reconciliation
-    otherwise fails it, so it can never be confirmed unseen.
+    Returns the order id the client is answered 202 with, or the gate's refusal
+    (returned, not raised: most presses of a sale are refused). The rule for the
+    rest (docs/reservations.md): once an order id may be on the queue, the press
+    is answered 202 with it, and the reservation is marked promised (in the round
+    trip that writes the PENDING status hint), so that reconciliation re-queues an
+    order that never arrived. ``TryAgain`` (503) is raised only when this request's
+    order id is certainly not on the queue; its reservation is then given back, or,
+    if even that fails, left unpromised: the user's next press resumes that order,
+    and reconciliation otherwise fails it, so it can never be confirmed unseen.
     """
     try:
         # 32 hex digits, as uuid4().hex, from os.urandom at a third of its cost.
@@ -47,11 +47,17 @@ def place_order(
         # The script may have run before its reply was lost: that reservation carries
         # no order id, and the user's next press takes it over.
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
-    except NotFound:
-        raise _not_in_redis(gate, db, voucher_id) from None
+    if isinstance(reservation, Refusal):
+        return _not_in_redis(gate, db, voucher_id) if reservation is REFUSALS[NOT_FOUND] else reservation
     # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
-    order_id = reservation.order_id if resumed else _attach_new_id(gate, redis, reservation)
+    if resumed:
+        order_id = reservation.order_id
+    else:
+        attached = _attach_new_id(gate, redis, reservation)
+        if isinstance(attached, Refusal):
+            return attached
+        order_id = attached
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
     if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, redis, message, status_ttl)
@@ -61,7 +67,7 @@ def place_order(
     raise TryAgain("the order could not be queued, please try again")
 
 
-def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int:
+def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int | Refusal:
     try:
         order_id = next_order_id(redis)
         attached = gate.attach(reservation, order_id)
@@ -70,7 +76,7 @@ def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int:
         raise TryAgain("the order could not be queued, please try again") from exc
     if attached == TAKEN_OVER:
         # A later press of the same user holds the reservation now and answers for it.
-        raise refusal(DUPLICATE)
+        return REFUSALS[DUPLICATE]
     if attached != ATTACHED:
         raise TryAgain("the reservation expired, please try again")
     return order_id
@@ -104,10 +110,11 @@ def _release(gate: Gate, reservation: Reservation) -> None:
         log.exception("could not release reservation %s", reservation)
 
 
-def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> SeckillError:
+def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
     """The gate does not know the voucher (and Redis has not lost its data): MySQL
     tells a voucher that never existed (404) from one whose sale ended or was stopped
-    long ago (409 ENDED) and from one the cache is missing (503 until reconciled)."""
+    long ago (409 ENDED) and from one the cache is missing (``TryAgain``, 503, until
+    reconciled)."""
 
     def lookup(cursor: DictCursor) -> dict[str, Any] | None:
         cursor.execute(
@@ -119,11 +126,11 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> SeckillError:
 
     row = db.run(lookup, read_only=True)
     if row is None:
-        return refusal(NOT_FOUND)
+        return REFUSALS[NOT_FOUND]
     if int(row["status"]) != ON_SALE or from_db(row["end_time"]) <= datetime.now(UTC):
         gate.remember_refusal(voucher_id, ENDED)
-        return refusal(ENDED)
-    return TryAgain("the sale is being restored, please try again")
+        return REFUSALS[ENDED]
+    raise TryAgain("the sale is being restored, please try again")
 
 
 def _cache_complete(redis: Any) -> bool:

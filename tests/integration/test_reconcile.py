@@ -18,13 +18,13 @@ import pytest
 from seckill import keys
 from seckill.db import Database
 from seckill.errors import SeckillError
-from seckill.gate import Gate
+from seckill.gate import Gate, Refusal
 from seckill.ids import SEQUENCE_MASK, next_order_id
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.persistence import persist_order
 from seckill.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
 from seckill.scripts import Scripts
-from tests.helpers import HINT_TTL, accept, db_rows, drain, new_user, reconcile_voucher, recover
+from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
 
 NOW = timedelta(0)  # every reservation counts as stale
 
@@ -261,20 +261,15 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     assert not restore(db, redis, scripts, voucher_id, "missing").applied
 
     for user_id in first_buyers:  # they already hold an order
-        with pytest.raises(SeckillError) as again:
-            gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
-        assert again.value.code == "DUPLICATE_ORDER"
+        assert gate.reserve(voucher_id, user_id, uuid.uuid4().hex) == Refusal(
+            409, "DUPLICATE_ORDER", "one order per user"
+        )
     newcomers = [new_user() for _ in range(8)]
-    outcomes = []
-    for user_id in newcomers:
-        try:
-            reservation, _ = win(gate, redis, voucher_id, user_id)
-        except SeckillError as error:
-            outcomes.append(error.code)
-            continue
-        persist_order(db, redis, gate.scripts, reservation)
-        outcomes.append("OK")
-    assert outcomes == ["OK"] * 6 + ["SOLD_OUT"] * 2
+    for user_id in newcomers[:6]:
+        message, _ = win(gate, redis, voucher_id, user_id)
+        persist_order(db, redis, gate.scripts, message)
+    for user_id in newcomers[6:]:
+        assert gate.reserve(voucher_id, user_id, uuid.uuid4().hex) == Refusal(409, "SOLD_OUT", "sold out")
     assert confirmed(db, voucher_id) == 10
     assert stocks(db, redis, voucher_id) == (0, 0)
 
@@ -322,13 +317,11 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
     def buyer(users: list[int]) -> list[str]:
         outcomes = []
         for user_id in users:
-            try:
-                reservation, _ = win(gate, redis, voucher_id, user_id)
-            except SeckillError as refused:
-                outcomes.append(refused.code)
+            reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
+            if isinstance(reservation, Refusal):
+                outcomes.append(reservation.code)
                 continue
-            message = reservation
-            outcomes.append(persist_order(db, redis, gate.scripts, message).status)
+            outcomes.append(persist_order(db, redis, gate.scripts, accepted(gate, redis, reservation)).status)
         return outcomes
 
     looping = threading.Thread(target=reconcile_loop)
@@ -425,9 +418,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
         redis.set(keys.loaded(), 1)
 
     late = accept(gate, redis, voucher_id)
-    with pytest.raises(SeckillError) as sold_out:
-        accept(gate, redis, voucher_id)
-    assert sold_out.value.code == "SOLD_OUT"
+    assert gate.reserve(voucher_id, new_user(), uuid.uuid4().hex) == Refusal(409, "SOLD_OUT", "sold out")
     # The DLQ is replayed: every 202 is confirmed, none fails.
     decisions = [persist_order(db, redis, gate.scripts, m).status for m in (dead, late)]
     assert decisions == ["CONFIRMED", "CONFIRMED"]
