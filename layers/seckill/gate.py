@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -86,9 +87,11 @@ class Gate:
         self.clock = clock
         self._refused: dict[int, tuple[float, Refusal]] = {}
 
-    def reserve(self, voucher_id: int, user_id: int, token: str) -> Reservation | Refusal:
+    def reserve(self, voucher_id: int, user_id: int, token: str | None = None) -> Reservation | Refusal:
         """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered.
-        ``TryAgain`` when Redis has lost its data (the voucher may exist after all)."""
+        ``token`` names this request's reservation (by default 32 random hex digits,
+        made only when Redis is asked). ``TryAgain`` when Redis has lost its data (the
+        voucher may exist after all)."""
         cached = self._refused.get(voucher_id)
         if cached is not None:
             expires, refusal = cached
@@ -96,6 +99,9 @@ class Gate:
                 return refusal
             # pop, not del: a release in another thread may have dropped it already.
             self._refused.pop(voucher_id, None)
+        if token is None:
+            # As uuid4().hex, from os.urandom at a third of its cost.
+            token = os.urandom(16).hex()
         code, now_ms, order_id = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=(user_id, token))
         if code in (OK, RESUMED):
             return Reservation(voucher_id, user_id, token, now_ms, int(order_id) if order_id else None)

@@ -27,17 +27,16 @@ def parse_id(value: Any, name: str) -> int:
 
     Ids become Redis keys, so only canonical decimal digits pass.
     """
-    if isinstance(value, bool):
-        raise BadRequest(f"{name} must be a positive integer")
-    if isinstance(value, int):
-        text = str(value)
-    elif isinstance(value, str):
+    # Text first: a request's ids arrive as text (its path, the authorizer's context).
+    if isinstance(value, str):
         text = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
     else:
         raise BadRequest(f"{name} must be a positive integer")
-    if not _POSITIVE.fullmatch(text) or int(text) > MAX_ID:
+    if _POSITIVE.fullmatch(text) is None or (number := int(text)) > MAX_ID:
         raise BadRequest(f"{name} must be a positive integer")
-    return int(text)
+    return number
 
 
 def next_order_id(redis: Any, now: float | None = None) -> int:

@@ -3,6 +3,7 @@ so the Lua scripts see all of them in one cluster slot."""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 
@@ -22,9 +23,11 @@ def pending(voucher_id: int) -> str:
     return f"seckill:pending:{{{voucher_id}}}"
 
 
-def voucher_keys(voucher_id: int) -> list[str]:
-    """Every key of one voucher's gate state, in the order the gate and restore scripts take them."""
-    return [stock(voucher_id), buyers(voucher_id), window(voucher_id), pending(voucher_id)]
+@functools.lru_cache(maxsize=1024)
+def voucher_keys(voucher_id: int) -> tuple[str, ...]:
+    """Every key of one voucher's gate state, in the order the gate and restore scripts take them
+    (remembered: a sale's presses name a handful of vouchers, tens of thousands of times)."""
+    return (stock(voucher_id), buyers(voucher_id), window(voucher_id), pending(voucher_id))
 
 
 def loaded() -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,8 +40,7 @@ def place_order(
     and reconciliation otherwise fails it, so it can never be confirmed unseen.
     """
     try:
-        # 32 hex digits, as uuid4().hex, from os.urandom at a third of its cost.
-        reservation = gate.reserve(voucher_id, user_id, secrets.token_hex(16))
+        reservation = gate.reserve(voucher_id, user_id)
     except (RedisConnectionError, RedisTimeoutError) as exc:
         # The script may have run before its reply was lost: that reservation carries
         # no order id, and the user's next press takes it over.
