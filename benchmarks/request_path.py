@@ -15,7 +15,8 @@ Kinds of press: refused with the refusal cache off (SOLD_OUT from Redis),
 refused with the sold-out cache warm (no Redis at all), duplicate (the user
 already holds an order), accepted (a fresh user; SQS included for the handler
 and place_order, and shown without it, measured by botocore's events).
-Contenders run in interleaved rounds; each figure is the median of rounds. The
+Contenders run side by side: in every round, those of a kind of press take turns
+of a twentieth of their requests each; each figure is the median of rounds. The
 clock covers the requests alone: their answers are checked once it has stopped
 (parsing the handler's JSON body is the client's work, not the handler's).
 """
@@ -55,6 +56,7 @@ KINDS = {
     "accepted": "202",
 }
 CONTENDERS = ("handler", "place_order", "evalsha")
+TURNS = 20  # a contender's requests of a round come in this many turns, alternating with the others'
 GATE_REPLIES = {OK: "202", SOLD_OUT: "409 SOLD_OUT", DUPLICATE: "409 DUPLICATE_ORDER"}
 
 
@@ -140,29 +142,46 @@ class Paths:
             entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
             sqs.delete_message_batch(QueueUrl=url, Entries=entries)
 
-    def measure(self, kind: str, contender: str, n: int) -> dict[str, Any]:
-        loop = self.requests(kind, contender, n)
-        if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
-            self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
-            orders.place_order(
-                self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
-            )
-        sent = self.timer.total
-        before = self.counters.snapshot()
-        started = time.perf_counter()
-        answers = loop()
-        seconds = time.perf_counter() - started
-        after = self.counters.snapshot()
-        send = self.timer.total - sent
-        if kind == "accepted":
-            self.empty_queue()  # every round starts on an empty queue (moto slows down with depth)
-        wrong = [a for a in (label(contender, answer) for answer in answers) if a != KINDS[kind]]
-        if wrong:
-            raise RuntimeError(f"{contender} on {kind}: expected {KINDS[kind]}, got {wrong[0]} ({len(wrong)} of {n})")
+    def measure(self, kind: str, contenders: list[str], n: int) -> dict[str, dict[str, Any]]:
+        """n requests of this kind for each contender, side by side: they take turns of
+        n / TURNS requests, in an order that rotates, so that the machine's load, which
+        moves over seconds, weighs on each alike. The servers' counters are read around
+        each contender's first turn."""
+        size = max(1, n // TURNS)
+        seconds = dict.fromkeys(contenders, 0.0)
+        sends = dict.fromkeys(contenders, 0.0)
+        usage: dict[str, dict[str, Any]] = {}
+        for turn, start in enumerate(range(0, n, size)):
+            count = min(size, n - start)
+            for contender in contenders[turn % len(contenders) :] + contenders[: turn % len(contenders)]:
+                loop = self.requests(kind, contender, count)
+                if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
+                    self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
+                    orders.place_order(
+                        self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
+                    )
+                sent = self.timer.total
+                before = None if contender in usage else self.counters.snapshot()
+                started = time.perf_counter()
+                answers = loop()
+                seconds[contender] += time.perf_counter() - started
+                sends[contender] += self.timer.total - sent
+                if before is not None:
+                    usage[contender] = Counters.usage(before, self.counters.snapshot(), count).to_json()
+                wrong = [a for a in (label(contender, answer) for answer in answers) if a != KINDS[kind]]
+                if wrong:
+                    raise RuntimeError(
+                        f"{contender} on {kind}: expected {KINDS[kind]}, got {wrong[0]} ({len(wrong)} of {count})"
+                    )
+            if kind == "accepted":
+                self.empty_queue()  # every turn starts on an empty queue (moto slows down with depth)
         return {
-            "us": seconds / n * 1e6,
-            "us_without_transport": (seconds - send) / n * 1e6,
-            "usage": Counters.usage(before, after, n).to_json(),
+            c: {
+                "us": seconds[c] / n * 1e6,
+                "us_without_transport": (seconds[c] - sends[c]) / n * 1e6,
+                "usage": usage[c],
+            }
+            for c in contenders
         }
 
 
@@ -179,13 +198,16 @@ def label(contender: str, answer: Any) -> str:
 def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
     """In a process of its own (it imports the handler)."""
     paths = Paths(info)
-    plan = [(kind, c) for kind in KINDS for c in CONTENDERS if not (kind == "refused_cache_warm" and c == "evalsha")]
-    plan.append(("refused_cache_off", "id_before_gate"))
-    samples: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in plan}
+    plan = {kind: [c for c in CONTENDERS if not (kind == "refused_cache_warm" and c == "evalsha")] for kind in KINDS}
+    plan["refused_cache_off"].append("id_before_gate")
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {(k, c): [] for k, cs in plan.items() for c in cs}
+    kinds = list(plan)
     for r in range(sizes.rounds):
-        for kind, contender in plan[r % len(plan) :] + plan[: r % len(plan)]:
+        for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
             n = sizes.accepted if kind == "accepted" else sizes.refusals
-            samples[(kind, contender)].append(paths.measure(kind, contender, n))
+            contenders = plan[kind][r % len(plan[kind]) :] + plan[kind][: r % len(plan[kind])]
+            for contender, sample in paths.measure(kind, contenders, n).items():
+                samples[(kind, contender)].append(sample)
         print(f"request path: round {r + 1}/{sizes.rounds} done", file=sys.stderr, flush=True)
     rows = []
     for (kind, contender), entries in samples.items():
