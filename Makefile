@@ -60,7 +60,7 @@ demo: setup services ## a whole flash sale on this machine, with a report (ARGS=
 # Unit tests run with every service out of reach: they must need none.
 CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 DB_PORT=1 TEST_DB_PORT=1
 
-test-unit: setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
+test-unit: setup sam-setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 
 test: bench-setup services validate build ## validate and build the SAM app, lint, then unit, integration and e2e tests
