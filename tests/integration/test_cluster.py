@@ -112,6 +112,19 @@ def cluster(cluster_url: str) -> Any:
     return client
 
 
+def on_sale(stock: int) -> SeckillVoucherIn:
+    now = datetime.now(UTC)
+    return SeckillVoucherIn(
+        shop_id=1,
+        title="cluster voucher",
+        pay_value=8000,
+        actual_value=10000,
+        stock=stock,
+        begin_time=now - timedelta(minutes=1),
+        end_time=now + timedelta(hours=1),
+    )
+
+
 def test_redis_cluster_flag_switches_to_the_cluster_client(cluster: Any) -> None:
     assert isinstance(cluster, RedisCluster)
     assert len(cluster.get_nodes()) == NODES
@@ -157,16 +170,7 @@ def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: 
     lost their scripts (a restart), which the write-back loads again."""
     scripts = Scripts.register(cluster)
     gate = Gate(cluster, scripts, refusal_cache_seconds=0)
-    now = datetime.now(UTC)
-    voucher = SeckillVoucherIn(
-        shop_id=1,
-        title="cluster voucher",
-        pay_value=8000,
-        actual_value=10000,
-        stock=3,
-        begin_time=now - timedelta(minutes=1),
-        end_time=now + timedelta(hours=1),
-    )
+    voucher = on_sale(stock=3)
     voucher_ids = [create_seckill_voucher(db, cluster, voucher) for _ in range(4)]
     messages = [accept(gate, cluster, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
     for m in messages:
@@ -191,16 +195,7 @@ def test_a_press_is_promised_with_its_hint_across_slots_after_the_nodes_lost_the
     PENDING hint (the order id's) in one pipeline, with the promise script loaded again."""
     scripts = Scripts.register(cluster)
     gate = Gate(cluster, scripts, refusal_cache_seconds=0)
-    now = datetime.now(UTC)
-    voucher = SeckillVoucherIn(
-        shop_id=1,
-        title="cluster voucher",
-        pay_value=8000,
-        actual_value=10000,
-        stock=1,
-        begin_time=now - timedelta(minutes=1),
-        end_time=now + timedelta(hours=1),
-    )
+    voucher = on_sale(stock=1)
     voucher_id, buyer = create_seckill_voucher(db, cluster, voucher), new_user()
     queue = OrderQueue(sqs, queues["OrderQueue"])
     cluster.script_flush()
