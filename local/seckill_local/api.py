@@ -185,9 +185,11 @@ def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) ->
                 self.send_header(name, value)
             self.send_header("content-length", str(len(raw)))
             self.end_headers()
-            self.wfile.write(raw)
+            if self.command != "HEAD":  # a HEAD answer has the headers of the body it leaves out
+                self.wfile.write(raw)
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815
+        # Every method reaches the routes, as at API Gateway: one without a route is its 404.
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _serve  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:
             if verbose:

@@ -341,7 +341,17 @@ def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
         sessions.kill()
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/nope"), ("DELETE", "/voucher/list/1"), ("GET", "/voucher")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/nope"),
+        ("DELETE", "/voucher/list/1"),
+        ("GET", "/voucher"),
+        # Methods no route has are routed like any other: API Gateway's JSON 404, not a 501 page.
+        ("TRACE", "/voucher/list/1"),
+        ("OPTIONS", "/voucher-order/seckill/1"),
+    ],
+)
 def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None:
     status, _, answer = http(f"{api_url}{path}", method)
     assert (status, answer) == (404, {"message": "Not Found"})
