@@ -15,6 +15,14 @@ from benchmarks.servers import STAND_INS
 SIDE_COLORS = {"ours": "tab:blue", "baseline": "tab:orange"}
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write and close one figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _experiment(exp: dict[str, Any], out: Path) -> list[Path]:
     rows = exp["results"]
     groups = sorted({(r["scenario"], r["workers"]) for r in rows})
@@ -41,10 +49,7 @@ def _experiment(exp: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("presses per second")
     ax.set_title("Throughput: Seckill vs the synchronous baseline (a: full sale, b: losers' storm, c: many in flight)")
     ax.legend()
-    fig.tight_layout()
-    throughput = out / "experiment_throughput.png"
-    fig.savefig(throughput, dpi=110)
-    plt.close(fig)
+    throughput = _save(fig, out / "experiment_throughput.png")
 
     fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 4), sharey=True, squeeze=False)
     for ax, (s, w) in zip(axes[0], groups, strict=True):
@@ -60,10 +65,7 @@ def _experiment(exp: dict[str, Any], out: Path) -> list[Path]:
     axes[0][0].set_ylabel("ms (log)")
     axes[0][0].legend()
     fig.suptitle("Latency percentiles per press")
-    fig.tight_layout()
-    latency = out / "experiment_latency.png"
-    fig.savefig(latency, dpi=110)
-    plt.close(fig)
+    latency = _save(fig, out / "experiment_latency.png")
     return [throughput, latency]
 
 
@@ -76,11 +78,7 @@ def _transport(transport: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("SendMessage ms")
     ax.set_title("The SQS stand-ins: one SendMessage by queue depth")
     ax.legend()
-    fig.tight_layout()
-    path = out / "transport.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [_save(fig, out / "transport.png")]
 
 
 def _request_path(path_report: dict[str, Any], out: Path) -> list[Path]:
@@ -102,11 +100,7 @@ def _request_path(path_report: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("µs per request (log)")
     ax.set_title("The request path: full handler vs place_order vs a bare EVALSHA")
     ax.legend()
-    fig.tight_layout()
-    path = out / "request_path.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [_save(fig, out / "request_path.png")]
 
 
 def _persister(persister: dict[str, Any], out: Path) -> list[Path]:
@@ -119,10 +113,7 @@ def _persister(persister: dict[str, Any], out: Path) -> list[Path]:
     )
     ax.set_ylabel("rows per second")
     ax.set_title("The persister vs raw PyMySQL on one hot voucher row")
-    fig.tight_layout()
-    bars = out / "persister_throughput.png"
-    fig.savefig(bars, dpi=110)
-    plt.close(fig)
+    bars = _save(fig, out / "persister_throughput.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for drain in (persister["drain"], persister["drain_via_sqs"]):
@@ -135,10 +126,7 @@ def _persister(persister: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("orders stored")
     ax.set_title(f"Draining the orders of one voucher ({persister['drain']['concurrency']} persister containers)")
     ax.legend()
-    fig.tight_layout()
-    curve = out / "persister_drain.png"
-    fig.savefig(curve, dpi=110)
-    plt.close(fig)
+    curve = _save(fig, out / "persister_drain.png")
     return [bars, curve]
 
 
@@ -152,11 +140,7 @@ def _cold_start(cold: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("ms in a fresh process")
     ax.set_title("Cold start per function")
     ax.legend()
-    fig.tight_layout()
-    path = out / "cold_start.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [_save(fig, out / "cold_start.png")]
 
 
 def plot(report: dict[str, Any], out: Path) -> list[Path]:
