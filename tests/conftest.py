@@ -9,7 +9,7 @@ import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
-from tests.helpers import drain
+from tests.helpers import drain, on_sale
 from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
@@ -185,17 +185,7 @@ def make_voucher(db: Database, redis: Any) -> Iterator[Callable[..., int]]:
     made: list[int] = []
 
     def make(stock: int = 10, begin: datetime | None = None, end: datetime | None = None, shop_id: int = 1) -> int:
-        now = datetime.now(UTC)
-        voucher = vouchers.SeckillVoucherIn(
-            shop_id=shop_id,
-            title="test voucher",
-            pay_value=8000,
-            actual_value=10000,
-            stock=stock,
-            begin_time=begin or now - timedelta(minutes=1),
-            end_time=end or now + timedelta(hours=1),
-        )
-        voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+        voucher_id = vouchers.create_seckill_voucher(db, redis, on_sale(stock, begin, end, shop_id))
         made.append(voucher_id)
         return voucher_id
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.parse
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from seckill.reconcile import VoucherReconciled, reconcile
 from seckill.recovery import Recovery, recover_if_lost
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
+from seckill.vouchers import SeckillVoucherIn
 from seckill_demo.stack import free_port
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT
@@ -93,6 +94,22 @@ def accepted(gate: Gate, redis: Any, reservation: Reservation, *, promise: bool 
     if promise:
         assert gate.promise(reservation.voucher_id, reservation.user_id, order_id)
     return OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
+
+
+def on_sale(
+    stock: int = 10, begin: datetime | None = None, end: datetime | None = None, shop_id: int = 1
+) -> SeckillVoucherIn:
+    """A seckill voucher on sale from a minute ago for an hour, unless told otherwise."""
+    now = datetime.now(UTC)
+    return SeckillVoucherIn(
+        shop_id=shop_id,
+        title="test voucher",
+        pay_value=8000,
+        actual_value=10000,
+        stock=stock,
+        begin_time=begin or now - timedelta(minutes=1),
+        end_time=end or now + timedelta(hours=1),
+    )
 
 
 def reconcile_voucher(

@@ -32,8 +32,8 @@ from seckill.messages import OrderQueue
 from seckill.orders import place_order
 from seckill.persistence import Decision, persist_orders
 from seckill.scripts import Scripts
-from seckill.vouchers import SeckillVoucherIn, create_seckill_voucher, preload
-from tests.helpers import accept, closed_port, new_user
+from seckill.vouchers import create_seckill_voucher, preload
+from tests.helpers import accept, closed_port, new_user, on_sale
 
 NODES = 3
 
@@ -110,19 +110,6 @@ def cluster(cluster_url: str) -> Any:
     client = redis_client(settings)
     client.set(keys.loaded(), 1)
     return client
-
-
-def on_sale(stock: int) -> SeckillVoucherIn:
-    now = datetime.now(UTC)
-    return SeckillVoucherIn(
-        shop_id=1,
-        title="cluster voucher",
-        pay_value=8000,
-        actual_value=10000,
-        stock=stock,
-        begin_time=now - timedelta(minutes=1),
-        end_time=now + timedelta(hours=1),
-    )
 
 
 def test_redis_cluster_flag_switches_to_the_cluster_client(cluster: Any) -> None:
