@@ -6,10 +6,10 @@ cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
 authorizer that fails (raises, times out, or answers without a boolean
 ``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
 and nothing is cached.
-AWS_IAM routes need a request SigV4-signed with the local credentials (the
-signature is verified: ``seckill_local.sigv4``); API Gateway's 403 ``Forbidden``
-answers one unsigned or badly signed, and the function sees an ``iam``
-authorizer context naming the caller's access key.
+AWS_IAM routes need a request SigV4-signed with the local credentials for the
+local region (the signature is verified: ``seckill_local.sigv4``); API Gateway's
+403 ``Forbidden`` answers one unsigned or badly signed, and the function sees an
+``iam`` authorizer context naming the caller's access key.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from seckill_local.lambdas import FunctionPool
 from seckill_local.sigv4 import Verifier, local_credentials
+from seckill_local.sqs import local_region
 from seckill_local.template import Function, Route, Template
 
 ACCOUNT = "123456789012"
@@ -48,7 +49,7 @@ class LocalHttpApi:
         self.routes: list[tuple[Route, Function]] = template.routes()
         self.pools = pools
         self.authorizer = template.authorizer()
-        self.verifier = verifier or Verifier(local_credentials(), "execute-api")
+        self.verifier = verifier or Verifier(local_credentials(), "execute-api", local_region())
         self._auth_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
 
@@ -95,7 +96,7 @@ class LocalHttpApi:
             return cached[1]
         request = dict(event, type="REQUEST", identitySource=[token])
         request["routeArn"] = (
-            f"arn:aws:execute-api:us-east-1:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
+            f"arn:aws:execute-api:{local_region()}:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
         )
         answer = self.pools[function].invoke(request)
         if not isinstance(answer, dict) or not isinstance(answer.get("isAuthorized"), bool):

@@ -289,6 +289,8 @@ def test_http_admin_route_needs_a_valid_sigv4_signature(api_url: str, redis: Any
         (signed("POST", url, data, json_type, key="AKIDSOMEONEELSE"), data),
         (signed("POST", url, data, json_type), tampered),
         (signed("POST", url, data, json_type, service="lambda"), data),
+        (signed("POST", url, data, json_type, region="eu-west-1"), data),  # a real region, not the local one
+        (signed("POST", url, data, json_type, region="xx-nowhere-9"), data),
     ]  # fmt: skip
     for headers, body in refused:
         status, _, answer = http(url, "POST", headers, body)
