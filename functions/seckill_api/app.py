@@ -11,14 +11,14 @@ Redis round trip (none while the sold-out answer is cached):
   ``press`` directly; the Powertools resolver serves every other route (and
   holds the press's route too, for the OpenAPI document and any event that
   arrives without its route key).
-- A refusal is an answer, returned (``seckill.gate.Refusal``), not an exception
+- A refusal is an answer, returned (``seckill.press.gate.Refusal``), not an exception
   raised and caught: it is counted in a Tally (summed, published every few
-  seconds, seckill.tally), not printed per request.
+  seconds, seckill.press.tally), not printed per request.
 - Traces: invocations X-Ray samples get the handler's subsegment, annotated with
   the route, the status and the refusal's code, and the SQL and SQS calls'
   subsegments; the others skip the tracer (X-Ray would discard what it built).
 - Logs: the Lambda context and correlation id join the log keys only when an
-  invocation logs (seckill.logcontext); a refusal's answer is built once.
+  invocation logs (seckill.infra.logcontext); a refusal's answer is built once.
 """
 
 from __future__ import annotations
@@ -39,17 +39,19 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import openapi, orders, results, tracing, vouchers, warmup
-from seckill.clients import OnFirstUse, redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database, is_connection_error
-from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
-from seckill.gate import Gate, Refusal
+from seckill import openapi, vouchers
 from seckill.ids import parse_id
-from seckill.logcontext import LogContext
+from seckill.infra import results, tracing, warmup
+from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database, is_connection_error
+from seckill.infra.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
+from seckill.infra.logcontext import LogContext
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.scripts import Scripts
-from seckill.tally import Tally
+from seckill.press import orders
+from seckill.press.gate import Gate, Refusal
+from seckill.press.tally import Tally
 
 logger = Logger()
 log_context = LogContext(logger, correlation_id=lambda event: event.get("requestContext", {}).get("requestId"))

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from seckill import keys
 from seckill.ids import MAX_ID
+from seckill.infra import keys
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 

@@ -21,16 +21,17 @@ import boto3
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from seckill import hints, keys
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.errors import SeckillError
-from seckill.gate import TAKEN_OVER, Gate, Mark, Refusal
+from seckill import hints
+from seckill.infra import keys
+from seckill.infra.clients import redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.errors import SeckillError
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.orders import place_order
-from seckill.persistence import persist_order
-from seckill.scripts import Scripts
+from seckill.persist.persistence import persist_order
+from seckill.press.gate import TAKEN_OVER, Gate, Mark, Refusal
+from seckill.press.orders import place_order
 from seckill_demo.proxy import FOREVER, LossyProxy
 from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
 

@@ -18,12 +18,13 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 import pytest
 import redis as redis_lib
 
-from seckill import keys, vouchers
-from seckill.config import Settings
-from seckill.db import Credentials, Database, connect
+from seckill import vouchers
+from seckill.infra import keys
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database, connect
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.recovery import restore, voucher_ids_on_sale
-from seckill.scripts import Scripts
+from seckill.repair.recovery import restore, voucher_ids_on_sale
 from seckill.vouchers import VoucherIn
 from seckill_local.feeder import sqs_event
 from seckill_local.template import Template

@@ -1,4 +1,4 @@
-"""The Lua gate on a real Redis, driven through ``seckill.gate.Gate``.
+"""The Lua gate on a real Redis, driven through ``seckill.press.gate.Gate``.
 
 Vouchers here live only in Redis (the gate never reads MySQL); ids are drawn at
 random so leftovers of other runs never collide, and every key is removed after
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from seckill import keys
-from seckill.errors import TryAgain
-from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Refusal, Reservation
-from seckill.scripts import Scripts, lua_dir
+from seckill.infra import keys
+from seckill.infra.errors import TryAgain
+from seckill.infra.lua_scripts import Scripts, lua_dir
+from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Refusal, Reservation
 from tests.helpers import new_user
 
 HOUR_MS = 3_600_000

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Database
-from seckill.errors import SeckillError
-from seckill.gate import Gate, Refusal
 from seckill.ids import SEQUENCE_MASK, next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import SeckillError
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
-from seckill.persistence import persist_order
-from seckill.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
-from seckill.scripts import Scripts
+from seckill.persist.persistence import persist_order
+from seckill.press.gate import Gate, Refusal
+from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
 from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
 
 NOW = timedelta(0)  # every reservation counts as stale

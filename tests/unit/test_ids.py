@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.errors import BadRequest
 from seckill.ids import parse_id
+from seckill.infra import keys
+from seckill.infra.errors import BadRequest
 
 MAX_ID = 2**63 - 1
 

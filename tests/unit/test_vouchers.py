@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from seckill.errors import BadRequest
+from seckill.infra.errors import BadRequest
 from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
 from tests.helpers import load_event
 

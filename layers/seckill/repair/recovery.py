@@ -14,7 +14,7 @@ reservations back; if either cannot be done it changes nothing, and the gate
 keeps answering 503 TRY_AGAIN, never a false "not found".
 
 ``recover_if_lost`` is the one way back, used by ReconcilerFunction on its schedule, by
-``python -m seckill.recovery`` (the operator's ``seckill-recovery``) and by the demo.
+``python -m seckill.repair.recovery`` (the operator's ``seckill-recovery``) and by the demo.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from typing import Any, Literal
 from pymysql.cursors import DictCursor
 from redis.exceptions import LockError
 
-from seckill import hints, keys
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
+from seckill import hints
 from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
+from seckill.infra import keys
+from seckill.infra.clients import redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_db, to_db, to_ms
 from seckill.messages import OrderMessage, dead_lettered_orders, queue_depth, wait_drained
-from seckill.scripts import Scripts
-from seckill.timeutil import from_db, to_db, to_ms
 from seckill.vouchers import WITHDRAWN
 
 Mode = Literal["missing", "repair", "check"]

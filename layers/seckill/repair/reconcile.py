@@ -3,7 +3,7 @@
 Safe at any time, alongside live traffic, and any number of times in a row:
 
 1. a voucher on sale whose Redis state is gone is left to recovery
-   (``seckill.recovery.recover_if_lost``), and reported ``missing``;
+   (``seckill.repair.recovery.recover_if_lost``), and reported ``missing``;
 2. a reservation pending longer than ``pending_age`` (beyond any request's
    lifetime, so no live request still owns it) is
    - cleared, if MySQL has already decided its order;
@@ -16,7 +16,7 @@ Safe at any time, alongside live traffic, and any number of times in a row:
 3. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
-``python -m seckill.reconcile`` runs it once; ReconcilerFunction runs it on a schedule.
+``python -m seckill.repair.reconcile`` runs it once; ReconcilerFunction runs it on a schedule.
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 
-from seckill import keys
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.gate import Gate, Mark, Reservation
+from seckill.infra import keys
+from seckill.infra.clients import redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
-from seckill.persistence import fail_unqueued
-from seckill.recovery import (
+from seckill.persist.persistence import fail_unqueued
+from seckill.press.gate import Gate, Mark, Reservation
+from seckill.repair.recovery import (
     Restored,
     restore,
     voucher_ids_on_sale,
 )
-from seckill.scripts import Scripts
-from seckill.timeutil import from_ms
 
 # A reservation younger than this may still belong to a live request: API Gateway
 # gives up on a request after 30 s, so an operator may not go below that.

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from seckill import keys
-from seckill.errors import TryAgain
-from seckill.scripts import Scripts
+from seckill.infra import keys
+from seckill.infra.errors import TryAgain
+from seckill.infra.lua_scripts import Scripts
 
 OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED = 0, 1, 2, 3, 4, 5, 6
 

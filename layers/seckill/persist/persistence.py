@@ -18,12 +18,13 @@ from typing import Any
 from pymysql.cursors import DictCursor
 from redis.exceptions import NoScriptError
 
-from seckill import hints, keys
-from seckill.db import Database, is_connection_error
+from seckill import hints
 from seckill.hints import CONFIRMED, FAILED
+from seckill.infra import keys
+from seckill.infra.db import Database, is_connection_error
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import to_db
 from seckill.messages import OrderMessage
-from seckill.scripts import Scripts
-from seckill.timeutil import to_db
 
 log = logging.getLogger(__name__)
 
