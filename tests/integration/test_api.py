@@ -24,7 +24,7 @@ from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database, connect
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.repair.recovery import restore, voucher_ids_on_sale
+from seckill.repair.restore import restore, voucher_ids_on_sale
 from seckill.vouchers import VoucherIn
 from seckill_local.feeder import sqs_event
 from seckill_local.template import Template

@@ -23,7 +23,8 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.persist.persistence import persist_order
 from seckill.press.gate import Gate, Refusal
-from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
+from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
+from seckill.repair.restore import restore
 from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
 
 NOW = timedelta(0)  # every reservation counts as stale

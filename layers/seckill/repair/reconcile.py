@@ -39,11 +39,7 @@ from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
 from seckill.persist.persistence import fail_unqueued
 from seckill.press.gate import Gate, Mark, Reservation
-from seckill.repair.recovery import (
-    Restored,
-    restore,
-    voucher_ids_on_sale,
-)
+from seckill.repair.restore import Restored, restore, voucher_ids_on_sale
 
 # A reservation younger than this may still belong to a live request: API Gateway
 # gives up on a request after 30 s, so an operator may not go below that.
