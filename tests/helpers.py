@@ -142,7 +142,7 @@ def mark(redis: Any, voucher_id: int, user_id: int) -> str | None:
 
 
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` with this interpreter (``-m seckill.repair.reconcile``...), captured."""
+    """``python ARGS`` with this interpreter (``-m seckill_ops.reconcile``...), captured."""
     command = [sys.executable, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)  # noqa: S603
 
