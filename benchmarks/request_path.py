@@ -43,10 +43,11 @@ from seckill.infra import keys
 from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database, connect
+from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts, read_script
 from seckill.messages import OrderQueue
 from seckill.press import orders
-from seckill.press.gate import DUPLICATE, OK, SOLD_OUT, Gate, Refusal
+from seckill.press.gate import DUPLICATE, OK, SOLD_OUT, Gate
 from seckill_local.lambdas import LocalContext, load_handler
 from seckill_local.template import ROOT, Template
 

@@ -28,10 +28,11 @@ from seckill.infra import keys
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
+from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
 from seckill.persist.persistence import Decision, persist_orders
-from seckill.press.gate import Gate, Refusal
+from seckill.press.gate import Gate
 from seckill.press.orders import place_order
 from seckill.vouchers import create_seckill_voucher, preload
 from tests.helpers import accept, closed_port, new_user, on_sale

@@ -19,9 +19,9 @@ import pytest
 import redis as redis_lib
 
 from seckill.infra import keys
-from seckill.infra.errors import TryAgain
+from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts, lua_dir
-from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Refusal, Reservation
+from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
 from tests.helpers import new_user
 
 HOUR_MS = 3_600_000
@@ -172,7 +172,7 @@ def test_unknown_voucher_after_redis_lost_its_data_is_try_again_not_404(gate: Ga
     try:
         with pytest.raises(TryAgain) as caught:
             gate.reserve(v.new_id(), new_user(), token())
-        assert (caught.value.status, caught.value.code) == (503, "TRY_AGAIN")
+        assert (caught.value.refusal.status, caught.value.refusal.code) == (503, "TRY_AGAIN")
     finally:
         redis.set(keys.loaded(), 1)
     assert refused(gate, v.new_id(), new_user()).code == "VOUCHER_NOT_FOUND"

@@ -18,11 +18,11 @@ import pytest
 from seckill.ids import SEQUENCE_MASK, next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database
-from seckill.infra.errors import SeckillError
+from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.persist.persistence import persist_order
-from seckill.press.gate import Gate, Refusal
+from seckill.press.gate import Gate
 from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
 from seckill.repair.restore import restore
 from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
@@ -251,7 +251,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
     with pytest.raises(SeckillError) as refused:
         gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
-    assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
+    assert (refused.value.refusal.status, refused.value.refusal.code) == (503, "TRY_AGAIN")
 
     rebuilt = [r for r in rebuild(db, redis, scripts, dead_letters=[], hint_ttl=HINT_TTL) if r.voucher_id == voucher_id]
     assert redis.exists(keys.loaded())
@@ -358,7 +358,7 @@ def test_a_lost_voucher_is_rebuilt_only_once_the_queue_is_drained(
         assert reconcile_voucher(db, redis, queue, voucher_id).missing  # reconciliation leaves it to recovery
         with pytest.raises(SeckillError) as refused:
             gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
-        assert refused.value.code == "TRY_AGAIN"
+        assert refused.value.refusal.code == "TRY_AGAIN"
 
         assert persist_queue(sqs, queues["OrderQueue"], db, redis, gate) == 1
         rebuilt = recover(db, redis, sqs, queues)

@@ -16,12 +16,12 @@ import redis as redis_lib
 from seckill import vouchers
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database, connect
-from seckill.infra.errors import TryAgain
+from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_db, to_ms
 from seckill.messages import OrderQueue
 from seckill.migrate import migrate
-from seckill.press.gate import Gate, Refusal, Reservation
+from seckill.press.gate import Gate, Reservation
 from seckill.press.orders import place_order
 from seckill.repair.recovery import rebuild
 from seckill.vouchers import SeckillVoucherIn, VoucherIn

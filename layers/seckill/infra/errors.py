@@ -1,21 +1,31 @@
-"""Domain errors. Each carries the contract's error code and HTTP status."""
+"""The client's no: a ``Refusal`` (the contract's status, code and message), and the
+exception that carries one when the no cuts a request short."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A no as the client is told it (docs/contract.md), in the ``Result`` shape. Returned
+    where it is the answer (the gate's: most presses of a sale end here, so none is
+    raised); carried by a ``SeckillError`` where it is raised from deep in a request."""
+
+    status: int
+    code: str
+    message: str
+
 
 class SeckillError(Exception):
-    """A refusal the client is told about, in the ``Result`` shape."""
+    """A request cut short by a refusal, ``self.refusal``."""
 
     status = 400
     code = "BAD_REQUEST"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if status is not None:
-            self.status = status
+        self.refusal = Refusal(self.status, code or self.code, message)
 
 
 class BadRequest(SeckillError):

@@ -16,10 +16,10 @@ from seckill.hints import CONFIRMED, FAILED, PENDING
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database, is_connection_error
-from seckill.infra.errors import NotFound, TryAgain
+from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Refusal, Reservation
+from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Reservation
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
