@@ -47,10 +47,6 @@ class NotFound(SeckillError):
     status = 404
 
 
-class Conflict(SeckillError):
-    status = 409
-
-
 class TryAgain(SeckillError):
     status = 503
     code = "TRY_AGAIN"
