@@ -25,6 +25,7 @@ from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue
+from seckill.persist.persistence import Decision, persist_orders
 from seckill.press.gate import ATTACHED, Gate, Reservation
 from seckill.repair.reconcile import VoucherReconciled, reconcile
 from seckill.repair.recovery import Recovery, recover_if_lost
@@ -94,6 +95,14 @@ def accepted(gate: Gate, redis: Any, reservation: Reservation, *, promise: bool 
     if promise:
         assert gate.promise(reservation.voucher_id, reservation.user_id, order_id)
     return OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
+
+
+def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
+    """What the persister does for one order, as a batch of one; raises what left it undecided."""
+    (outcome,) = persist_orders(db, redis, scripts, [message])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 def on_sale(

@@ -27,10 +27,10 @@ from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
 from seckill.infra.timeutil import from_ms, iso, to_db, to_ms
 from seckill.messages import MalformedMessage, OrderMessage, queue_depth
-from seckill.persist.persistence import Decision, OrderIdConflict, fail_unqueued, persist_order
+from seckill.persist.persistence import Decision, OrderIdConflict, fail_unqueued
 from seckill.persist.poison import REASON_ATTRIBUTE, Decided, Failed, Poisoned, Taken
 from seckill.press.gate import Gate, Mark
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user
+from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, persist_order
 
 # Message attributes as Lambda hands them to the function (binary values base64-encoded):
 # every record carries them, and a record moved to the poison queue must keep them.

@@ -29,11 +29,10 @@ from seckill.infra.db import Database
 from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.persist.persistence import persist_order
 from seckill.press.gate import TAKEN_OVER, Gate, Mark
 from seckill.press.orders import place_order
 from seckill_demo.proxy import FOREVER, LossyProxy
-from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
+from tests.helpers import closed_port, db_rows, drain, new_user, persist_order, reconcile_voucher
 
 TTL = 600
 

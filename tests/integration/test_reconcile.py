@@ -21,11 +21,20 @@ from seckill.infra.db import Database
 from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
-from seckill.persist.persistence import persist_order
 from seckill.press.gate import Gate
 from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
 from seckill.repair.restore import restore
-from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
+from tests.helpers import (
+    HINT_TTL,
+    accept,
+    accepted,
+    db_rows,
+    drain,
+    new_user,
+    persist_order,
+    reconcile_voucher,
+    recover,
+)
 
 NOW = timedelta(0)  # every reservation counts as stale
 
@@ -259,7 +268,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     assert rebuilt[0].applied
     assert rebuilt[0].expected_stock == 6
     # A present voucher is never clobbered by a rebuild.
-    assert not restore(db, redis, scripts, voucher_id, "missing").applied
+    assert not restore(db, scripts, voucher_id, "missing").applied
 
     for user_id in first_buyers:  # they already hold an order
         assert gate.reserve(voucher_id, user_id, uuid.uuid4().hex) == Refusal(

@@ -58,14 +58,6 @@ def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequenc
     return outcomes
 
 
-def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
-    """One order, as a batch of one; raises what left it undecided."""
-    (outcome,) = persist_orders(db, redis, scripts, [message])
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
-
-
 def decide_orders(db: Database, messages: Sequence[OrderMessage]) -> list[Outcome]:
     """All orders in one transaction. Should it fail for a reason of the database's own
     (deadlock, lock wait timeout, a writer outside the locking rules), each order is

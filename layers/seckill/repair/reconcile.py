@@ -167,7 +167,7 @@ def reconcile(
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db):
         result = VoucherReconciled(voucher_id)
-        state = restore(db, redis, scripts, voucher_id, "check")
+        state = restore(db, scripts, voucher_id, "check")
         if state is None:
             continue  # not a seckill voucher MySQL knows
         results.append(result)
@@ -176,6 +176,6 @@ def reconcile(
             continue
         resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
         mode = "repair" if drained and repair else "check"
-        result.drift = restore(db, redis, scripts, voucher_id, mode)
+        result.drift = restore(db, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     return Reconciled(drained, results)

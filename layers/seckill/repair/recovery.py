@@ -71,7 +71,7 @@ def rebuild_voucher(
     """Rebuild one voucher, its orders waiting in the dead-letter queue counted as
     outstanding (their status hints, lost with Redis, written again)."""
     waiting = [m for m in dead_letters if m.voucher_id == voucher_id]
-    restored = restore(db, redis, scripts, voucher_id, mode, waiting)
+    restored = restore(db, scripts, voucher_id, mode, waiting)
     if restored is not None and restored.applied:
         for m in waiting:
             hints.write_pending(redis, m, hint_ttl)
@@ -137,10 +137,10 @@ class Recovery:
     blocked: str = ""  # why nothing was rebuilt
 
 
-def some_voucher_missing(db: Database, redis: Any, scripts: Scripts) -> bool:
+def some_voucher_missing(db: Database, scripts: Scripts) -> bool:
     """The state of some voucher on sale is missing (evicted, or a preload whose
     creation never committed) while Redis kept the rest."""
-    states = (restore(db, redis, scripts, v, "check") for v in voucher_ids_on_sale(db))
+    states = (restore(db, scripts, v, "check") for v in voucher_ids_on_sale(db))
     return any(s is not None and s.redis_stock is None for s in states)
 
 
@@ -166,7 +166,7 @@ def recover_if_lost(
     ``missing``: whether some voucher is missing, when the caller has just seen it
     (a reconciliation pass); None to look."""
     everything = force or not redis.exists(keys.loaded())
-    if not everything and not (some_voucher_missing(db, redis, scripts) if missing is None else missing):
+    if not everything and not (some_voucher_missing(db, scripts) if missing is None else missing):
         return Recovery(False, [], 0)
     if not wait_drained(sqs, settings.order_queue_url, wait if everything else 0):
         depth = queue_depth(sqs, settings.order_queue_url)

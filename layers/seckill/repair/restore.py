@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from pymysql.cursors import DictCursor
 
@@ -58,7 +58,6 @@ def voucher_ids_on_sale(db: Database) -> list[int]:
 
 def restore(
     db: Database,
-    redis: Any,
     scripts: Scripts,
     voucher_id: int,
     mode: Mode,
