@@ -31,11 +31,11 @@ from typing import Any
 import pymysql
 from redis.exceptions import RedisError
 
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import connect, credentials
 from seckill.ids import next_order_id
-from seckill.timeutil import from_db
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import connect, credentials
+from seckill.infra.timeutil import from_db
 
 LOCK_SECONDS = 10  # the original's per-user lock timeout
 

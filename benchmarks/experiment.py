@@ -32,7 +32,7 @@ from benchmarks.counters import Counters
 from benchmarks.stack import Services, StackInfo, far_id
 from benchmarks.stats import latency_ms, median_of, ratio
 from benchmarks.workers import Press, WorkerPool, WorkerResult
-from seckill import keys
+from seckill.infra import keys
 from seckill.messages import queue_depth
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool

@@ -41,13 +41,13 @@ from benchmarks.servers import STAND_INS
 from benchmarks.stack import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer
 from seckill import hints
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Database, connect
-from seckill.gate import Gate, Reservation
 from seckill.ids import next_order_id
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database, connect
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
-from seckill.scripts import Scripts
+from seckill.press.gate import Gate, Reservation
 from seckill_local.feeder import QueueFeeder, sqs_event
 from seckill_local.lambdas import FunctionPool, LocalContext, load_handler
 from seckill_local.sqs import sqs_client

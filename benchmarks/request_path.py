@@ -4,7 +4,7 @@ Three contenders per kind of press:
 
 - ``handler``: ``SeckillApiFunction``'s ``lambda_handler``, imported as the runtime
   does, on an API Gateway event (Powertools as deployed, tracing off);
-- ``place_order``: ``seckill.orders.place_order`` on the same clients the
+- ``place_order``: ``seckill.press.orders.place_order`` on the same clients the
   handler builds (Gate, OrderQueue, Database), without the HTTP layer;
 - ``evalsha``: a bare redis-py ``EVALSHA`` of the same gate script on a plain
   client: the floor, one Redis round trip;
@@ -38,14 +38,16 @@ import redis as redis_py
 from benchmarks.counters import Counters
 from benchmarks.stack import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer, outcome, press_event
-from seckill import keys, orders
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database, connect
-from seckill.gate import DUPLICATE, OK, SOLD_OUT, Gate, Refusal
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.clients import redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database, connect
+from seckill.infra.errors import Refusal
+from seckill.infra.lua_scripts import Scripts, read_script
 from seckill.messages import OrderQueue
-from seckill.scripts import Scripts, read_script
+from seckill.press import orders
+from seckill.press.gate import DUPLICATE, OK, SOLD_OUT, Gate
 from seckill_local.lambdas import LocalContext, load_handler
 from seckill_local.template import ROOT, Template
 

@@ -17,10 +17,11 @@ import pymysql
 
 from benchmarks.counters import Counters
 from benchmarks.servers import SqsServer, unavailable
-from seckill import keys, vouchers
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Credentials, Database, connect
+from seckill import vouchers
+from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database, connect
 from seckill.migrate import migrate
 from seckill_demo.stack import free_port, preflight
 from seckill_local.lambdas import function_environment, local_parameters

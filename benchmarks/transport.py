@@ -1,6 +1,6 @@
 """(2) The queue transport, measured honestly: what one SendMessage costs on each
 SQS stand-in, by queue depth, with the client Seckill's handler uses
-(``seckill.clients.sqs_client``: its timeouts and retries), and whether each
+(``seckill.infra.clients.sqs_client``: its timeouts and retries), and whether each
 stand-in keeps the SQS behaviours Seckill relies on (``conformance``).
 
 The stand-ins are moto behind three HTTP servers and fauxqs (``benchmarks.servers``).
@@ -88,7 +88,7 @@ def measure_server(server: str, depths: list[int], sends: int) -> dict[str, Any]
     sqs_server = SqsServer(server, free_port())
     try:
         os.environ.update({**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": sqs_server.endpoint})
-        from seckill.clients import sqs_client
+        from seckill.infra.clients import sqs_client
 
         sqs = sqs_client()
         checks = conformance(sqs, Template.load())

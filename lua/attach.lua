@@ -14,5 +14,5 @@ if order_id ~= '' then
   -- Attached already: true for a retry of the same call, false for any other id.
   return order_id == ARGV[3] and 1 or 0
 end
-redis.call('HSET', KEYS[1], ARGV[1], accepted .. ':' .. token .. ':' .. ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], make_mark(accepted, token, ARGV[3]))
 return 1

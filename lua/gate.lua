@@ -32,11 +32,7 @@ if accepted then
     -- (its reply was lost, it answered 503) or is still running. The user's new
     -- press takes it over, so a retry succeeds at once instead of waiting for
     -- reconciliation; the old request's later steps fail on the token.
-    local taken = now_ms .. ':' .. ARGV[2]
-    if order_id ~= '' then
-      taken = taken .. ':' .. order_id
-    end
-    redis.call('HSET', KEYS[4], ARGV[1], taken)
+    redis.call('HSET', KEYS[4], ARGV[1], make_mark(now_ms, ARGV[2], order_id))
     return {order_id ~= '' and 6 or 0, now_ms, order_id}
   end
 end
@@ -56,5 +52,5 @@ end
 
 redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], now_ms .. ':' .. ARGV[2])
+redis.call('HSET', KEYS[4], ARGV[1], make_mark(now_ms, ARGV[2]))
 return {0, now_ms, ''}

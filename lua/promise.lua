@@ -11,6 +11,6 @@ if not accepted or order_id ~= ARGV[2] then
   return 0
 end
 if not promised then
-  redis.call('HSET', KEYS[1], ARGV[1], accepted .. ':' .. token .. ':' .. order_id .. ':promised')
+  redis.call('HSET', KEYS[1], ARGV[1], make_mark(accepted, token, order_id, true))
 end
 return 1

@@ -39,7 +39,7 @@ local remarked = {}
 for _, order in ipairs(cjson.decode(ARGV[7] or '[]')) do
   local user, order_id, accepted = tostring(order[1]), tostring(order[2]), tostring(order[3])
   if not marks[user] and not decided[order_id] then
-    marks[user] = accepted .. ':dlq:' .. order_id .. ':promised'
+    marks[user] = make_mark(accepted, 'dlq', order_id, true)
     remarked[#remarked + 1] = user
   end
 end

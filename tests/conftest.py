@@ -16,13 +16,14 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from benchmarks.servers import SqsServer
-from seckill import keys, vouchers
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Credentials, Database, connect
-from seckill.gate import Gate
+from seckill import vouchers
+from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database, connect
+from seckill.infra.lua_scripts import Scripts
 from seckill.migrate import migrate
-from seckill.scripts import Scripts
+from seckill.press.gate import Gate
 from seckill.tokens import mint_tokens
 from seckill_demo.stack import free_port
 from seckill_local.lambdas import load_handler

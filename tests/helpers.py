@@ -18,16 +18,17 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as AwsCredentials
 
-from seckill import keys
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.gate import ATTACHED, Gate, Reservation
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue
-from seckill.reconcile import VoucherReconciled, reconcile
-from seckill.recovery import Recovery, recover_if_lost
-from seckill.scripts import Scripts
-from seckill.timeutil import from_ms
+from seckill.persist.persistence import Decision, persist_orders
+from seckill.press.gate import ATTACHED, Gate, Reservation
+from seckill.repair.reconcile import VoucherReconciled, reconcile
+from seckill.repair.recovery import Recovery, recover_if_lost
 from seckill.vouchers import SeckillVoucherIn
 from seckill_demo.stack import free_port
 from seckill_local.sqs import LOCAL_AWS
@@ -96,6 +97,14 @@ def accepted(gate: Gate, redis: Any, reservation: Reservation, *, promise: bool 
     return OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
 
 
+def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
+    """What the persister does for one order, as a batch of one; raises what left it undecided."""
+    (outcome,) = persist_orders(db, redis, scripts, [message])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
 def on_sale(
     stock: int = 10, begin: datetime | None = None, end: datetime | None = None, shop_id: int = 1
 ) -> SeckillVoucherIn:
@@ -142,7 +151,7 @@ def mark(redis: Any, voucher_id: int, user_id: int) -> str | None:
 
 
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` with this interpreter (``-m seckill.reconcile``...), captured."""
+    """``python ARGS`` with this interpreter (``-m seckill_ops.reconcile``...), captured."""
     command = [sys.executable, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)  # noqa: S603
 

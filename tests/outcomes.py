@@ -21,15 +21,16 @@ from typing import Any
 
 import pymysql
 
-from seckill import hints, keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate, Mark
+from seckill import hints
 from seckill.ids import next_order_id, order_id_time
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database
+from seckill.infra.timeutil import from_ms, iso, to_db, to_ms
 from seckill.messages import MalformedMessage, OrderMessage, queue_depth
-from seckill.persistence import Decision, OrderIdConflict, fail_unqueued, persist_order
-from seckill.poison import REASON_ATTRIBUTE, Decided, Failed, Poisoned, Taken
-from seckill.timeutil import from_ms, iso, to_db, to_ms
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user
+from seckill.persist.persistence import Decision, OrderIdConflict, fail_unqueued
+from seckill.persist.poison import REASON_ATTRIBUTE, Decided, Failed, Poisoned, Taken
+from seckill.press.gate import Gate, Mark
+from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, persist_order
 
 # Message attributes as Lambda hands them to the function (binary values base64-encoded):
 # every record carries them, and a record moved to the poison queue must keep them.

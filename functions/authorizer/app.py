@@ -17,9 +17,9 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import warmup
-from seckill.clients import redis_client
-from seckill.config import Settings
+from seckill.infra import warmup
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill.tokens import token_from_header, user_for_token
 
 logger = Logger()

@@ -27,8 +27,8 @@ import pymysql
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.config import Settings
-from seckill.db import Credentials, credentials
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, credentials
 from seckill.migrate import migrate
 
 logger = Logger()

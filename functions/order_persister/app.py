@@ -1,10 +1,10 @@
 """OrderPersisterFunction: OrderQueue's consumer (docs/contract.md).
 
-The batch's orders are decided together, in one transaction (seckill.persistence);
+The batch's orders are decided together, in one transaction (seckill.persist.persistence);
 Powertools' batch processing then reports each record's own outcome, its failures
 as ``batchItemFailures``, so SQS retries only those, and after maxReceiveCount
 moves them to the dead-letter queue. A record that can never be stored goes to
-the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.poison).
+the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.persist.poison).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import tracing, warmup
-from seckill.clients import OnFirstUse, redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch
-from seckill.scripts import Scripts
+from seckill.infra import tracing, warmup
+from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.persist.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch
 
 logger = Logger()
 # The SQL statements and the poison queue's sends show as subsegments.

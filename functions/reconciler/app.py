@@ -13,14 +13,14 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import tracing
-from seckill.clients import OnFirstUse, redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
+from seckill.infra import tracing
+from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue, queue_depth
-from seckill.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
-from seckill.recovery import recover_if_lost
-from seckill.scripts import Scripts
+from seckill.repair.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
+from seckill.repair.recovery import recover_if_lost
 
 logger = Logger()
 tracer = tracing.tracer()

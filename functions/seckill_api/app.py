@@ -26,17 +26,19 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import openapi, orders, results, tracing, vouchers, warmup
-from seckill.clients import OnFirstUse, redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database, is_connection_error
-from seckill.errors import BadRequest, Forbidden, SeckillError, TryAgain, Unauthorized
-from seckill.gate import Gate, Refusal
+from seckill import openapi, vouchers
 from seckill.ids import parse_id
-from seckill.logcontext import LogContext
+from seckill.infra import results, tracing, warmup
+from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database, is_connection_error
+from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, TryAgain, Unauthorized
+from seckill.infra.logcontext import LogContext
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.scripts import Scripts
-from seckill.tally import Tally
+from seckill.press import orders
+from seckill.press.gate import Gate
+from seckill.press.tally import Tally
 
 logger = Logger()
 log_context = LogContext(logger, correlation_id=lambda event: event.get("requestContext", {}).get("requestId"))
@@ -134,8 +136,7 @@ def accepted(order_id: int) -> Response[str]:
 def press_route(voucherId: openapi.IdText) -> Response[str]:
     answer = place(app.current_event.raw_event)
     if isinstance(answer, Refusal):
-        count_refusal(answer.code)
-        return results.fail(answer.status, answer.code, answer.message)
+        return refused(answer)
     return accepted(answer)
 
 
@@ -275,8 +276,12 @@ def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
 @app.exception_handler(Exception)
 def error_response(error: Exception) -> Response:
     """Every error's answer, for the press and the resolver's routes alike."""
+    if isinstance(error, TryAgain):
+        logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.refusal.message}, exc_info=error.__cause__)
+        metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
+        return results.fail(error.refusal.status, error.refusal.code, error.refusal.message)
     if isinstance(error, SeckillError):
-        return refused(error)
+        return refused(error.refusal)
     if isinstance(error, UNAVAILABLE) and not (isinstance(error, pymysql.Error) and not is_connection_error(error)):
         # A dependency that cannot be reached is the client's cue to try again; an error
         # MySQL reports about the statement itself stays a 500.
@@ -288,14 +293,10 @@ def error_response(error: Exception) -> Response:
     return results.fail(500, "INTERNAL_ERROR", "internal error")
 
 
-def refused(error: SeckillError) -> Response:
-    """A raised refusal's answer: a 503 logged and counted, any other summed in the tally."""
-    if isinstance(error, TryAgain):
-        logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.message}, exc_info=error.__cause__)
-        metrics.add_metric(name="TryAgain", unit=MetricUnit.Count, value=1)
-    else:
-        count_refusal(error.code)
-    return results.fail(error.status, error.code, error.message)
+def refused(refusal: Refusal) -> Response:
+    """A refusal's answer, returned by the gate or raised in a SeckillError: summed in the tally."""
+    count_refusal(refusal.code)
+    return results.fail(refusal.status, refusal.code, refusal.message)
 
 
 def count_refusal(code: str) -> None:

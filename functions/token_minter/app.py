@@ -16,9 +16,9 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.clients import redis_client
-from seckill.config import Settings
 from seckill.ids import MAX_ID
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill.tokens import mint_tokens
 
 logger = Logger()

@@ -19,10 +19,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from seckill import keys
 from seckill.ids import order_id_time
+from seckill.infra import keys
+from seckill.infra.timeutil import iso
 from seckill.messages import OrderMessage
-from seckill.timeutil import iso
 
 log = logging.getLogger(__name__)
 

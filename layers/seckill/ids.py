@@ -11,8 +11,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from seckill import keys
-from seckill.errors import BadRequest
+from seckill.infra import keys
+from seckill.infra.errors import BadRequest
 
 BEGIN_EPOCH = 1640995200  # 2022-01-01T00:00:00Z
 COUNT_BITS = 32

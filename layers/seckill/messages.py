@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from seckill.ids import BEGIN_EPOCH, parse_id
-from seckill.timeutil import iso
+from seckill.infra.timeutil import iso
 
 # Order ids count seconds from BEGIN_EPOCH, and MySQL's DATETIME ends with year 9999.
 _EARLIEST = datetime.fromtimestamp(BEGIN_EPOCH, UTC)
@@ -24,7 +24,7 @@ _LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 class MalformedMessage(ValueError):
     """A body that is not an order message: it can never succeed, so it goes to the
-    poison queue, or without one fails until SQS dead-letters it (seckill.poison)."""
+    poison queue, or without one fails until SQS dead-letters it (seckill.persist.poison)."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class OrderQueue:
 
     def send(self, message: OrderMessage) -> Sent:
         # At each send rather than at construction, so that a client made on first use
-        # (seckill.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
+        # (seckill.infra.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
         self.sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
         _send.watching, _send.in_doubt, _send.attempts = True, False, 0
         try:

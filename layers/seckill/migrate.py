@@ -12,8 +12,8 @@ from importlib.resources import files
 
 import pymysql
 
-from seckill.config import Settings
-from seckill.db import Credentials, connect, credentials
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, connect, credentials
 
 _DB_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 

@@ -1,7 +1,7 @@
 """The HTTP API as its OpenAPI document describes it (docs/contract.md): the bodies
 each route answers and takes, and the two ways a caller proves who it is.
 
-Description, not validation: the handlers build their bodies with ``seckill.results``
+Description, not validation: the handlers build their bodies with ``seckill.infra.results``
 and check their input by hand (``seckill.ids``, ``seckill.vouchers``), which keeps
 every refusal worded as the contract has it; the only thing Powertools does with
 these types at run time is hand the list route its query parameters, as text. The

@@ -9,8 +9,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from seckill import keys
 from seckill.ids import MAX_ID
+from seckill.infra import keys
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 

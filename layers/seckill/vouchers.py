@@ -13,10 +13,10 @@ from pydantic.alias_generators import to_camel
 from pymysql.cursors import DictCursor
 from redis.exceptions import RedisError
 
-from seckill import keys
-from seckill.db import Database
-from seckill.errors import BadRequest, NotFound
-from seckill.timeutil import from_db, iso, to_db, to_ms, to_utc
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import BadRequest, NotFound
+from seckill.infra.timeutil import from_db, iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
 

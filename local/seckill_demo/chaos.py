@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 import pymysql
 from rich.progress import Progress
 
-from seckill.db import Credentials
-from seckill.reconcile import MIN_PENDING_AGE
-from seckill.recovery import recover_if_lost
+from seckill.infra.db import Credentials
+from seckill.repair.reconcile import MIN_PENDING_AGE
+from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import store_tokens
 from seckill_demo.faults import ENV as FAULTS_ENV
 from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, record, rng

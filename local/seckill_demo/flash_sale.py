@@ -33,9 +33,9 @@ from pathlib import Path
 import urllib3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Credentials, Database
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database
 from seckill.migrate import migrate
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale

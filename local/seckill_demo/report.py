@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from seckill import keys
-from seckill.db import Database
+from seckill.infra import keys
+from seckill.infra.db import Database
 from seckill_demo.load import Press, percentiles, promised
 
 

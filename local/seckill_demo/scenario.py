@@ -24,12 +24,12 @@ import urllib3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from seckill.config import Settings
-from seckill.db import Credentials, Database
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, queue_depth
-from seckill.reconcile import reconcile
-from seckill.recovery import recover_if_lost
-from seckill.scripts import Scripts
+from seckill.repair.reconcile import reconcile
+from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.chaos import MALFORMED, Chaos
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised

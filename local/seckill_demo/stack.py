@@ -19,9 +19,9 @@ import pymysql
 import urllib3
 from redis.exceptions import RedisError
 
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Credentials
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials
 from seckill_local.sqs import sqs_client
 
 START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"

@@ -32,7 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from seckill.db import Credentials
+from seckill.infra.db import Credentials
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import Function, Template
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
-from seckill.clients import redis_client
-from seckill.config import Settings
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill.tokens import mint_tokens
 
 

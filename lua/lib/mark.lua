@@ -1,5 +1,15 @@
--- Prepended to every script that reads reservation marks (seckill.scripts).
--- A mark (docs/reservations.md): "<acceptedMs>:<requestToken>[:<orderId>[:promised]]".
+-- Prepended to every script (seckill.infra.lua_scripts): the one builder and the one
+-- parser of a reservation mark (docs/reservations.md):
+-- "<acceptedMs>:<requestToken>[:<orderId>[:promised]]".
+
+-- The mark of a reservation; order_id nil or '' for none (then never promised).
+local function make_mark(accepted, token, order_id, promised)
+  if not order_id or order_id == '' then
+    return accepted .. ':' .. token
+  end
+  return accepted .. ':' .. token .. ':' .. order_id .. (promised and ':promised' or '')
+end
+
 -- Returns accepted, token, order id ('' when none) and whether promised; nil for
 -- a missing mark (HGET's false) or anything else.
 local function parse_mark(mark)

@@ -22,7 +22,7 @@ from scripts.sam_local.progress import CheckFailed, Progress, Unavailable, warn
 from scripts.sam_local.sam import SamCli
 from scripts.sam_local.sandbox import Sandbox
 from scripts.sam_local.scenario import Scenario
-from seckill.config import Settings
+from seckill.infra.config import Settings
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT, Template
 

@@ -34,8 +34,8 @@ from scripts.sam_local.progress import CheckFailed, Progress, Unavailable
 from scripts.sam_local.sam import SamCli, SamServer
 from scripts.sam_local.sandbox import Sandbox
 from scripts.sam_local.scenario import expect
-from seckill import keys
-from seckill.db import Credentials
+from seckill.infra import keys
+from seckill.infra.db import Credentials
 from seckill_demo.sigv4 import AdminClient
 from seckill_local.api import Answer, make_server
 from seckill_local.lambdas import local_parameters

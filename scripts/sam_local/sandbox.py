@@ -20,10 +20,10 @@ from moto.server import ThreadedMotoServer
 from redis.exceptions import RedisError
 
 from scripts.sam_local.progress import CheckFailed, Unavailable
-from seckill import keys
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Credentials, connect
+from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, connect
 from seckill_local.sqs import ensure_queues, sqs_client
 from seckill_local.template import Template
 

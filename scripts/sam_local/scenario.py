@@ -23,7 +23,7 @@ from scripts.sam_local.docker_host import DockerHost, free_port
 from scripts.sam_local.progress import CheckFailed, Progress
 from scripts.sam_local.sam import SamCli, SamServer
 from scripts.sam_local.sandbox import Sandbox
-from seckill import keys
+from seckill.infra import keys
 from seckill.migrate import statements
 from seckill_local.template import ROOT
 

@@ -49,7 +49,7 @@ def main(plan_file: str) -> None:
     handler = getattr(importlib.import_module(module_name), attr)
     results = [handler(event, Context(plan["function_name"], plan["timeout"])) for event in plan["events"]]
 
-    from seckill.scripts import lua_dir
+    from seckill.infra.lua_scripts import lua_dir
 
     modules = {name: sys.modules[name].__file__ for name in WATCHED if name in sys.modules}
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"

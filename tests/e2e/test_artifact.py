@@ -23,8 +23,8 @@ from typing import Any
 import boto3
 import pytest
 
-from seckill import keys
-from seckill.db import Credentials, connect
+from seckill.infra import keys
+from seckill.infra.db import Credentials, connect
 from seckill.tokens import mint_tokens, user_for_token
 from seckill_local.template import ROOT, Template
 from tests.helpers import body, closed_port, db_rows, load_event, new_user
@@ -120,12 +120,12 @@ def test_every_function_is_built_with_its_source_and_the_layer(built: Template, 
 def test_layer_carries_the_seckill_package(layer_dir: Path) -> None:
     package = ROOT / "layers" / "seckill"
     built_package = layer_dir / "python" / "seckill"
-    sources = [*package.glob("*.py"), package / "schema.sql"]
+    sources = [path.relative_to(package) for path in [*package.rglob("*.py"), package / "schema.sql"]]
     assert len(sources) > 10
     for path in sources:
-        built_file = built_package / path.name
-        assert built_file.is_file(), f"{path.name} is not in the layer"
-        assert built_file.read_bytes() == path.read_bytes(), f"{path.name}: the layer is stale, run `make build`"
+        built_file = built_package / path
+        assert built_file.is_file(), f"{path} is not in the layer"
+        assert built_file.read_bytes() == (package / path).read_bytes(), f"{path}: the layer is stale, run `make build`"
 
 
 def test_layer_carries_the_lua_scripts_byte_for_byte(layer_dir: Path) -> None:

@@ -25,7 +25,7 @@ import boto3
 import pytest
 import urllib3
 
-from seckill.db import Credentials, Database
+from seckill.infra.db import Credentials, Database
 from seckill_demo.stack import free_port
 from seckill_local.lambdas import local_parameters
 from seckill_local.outputs_stack import outputs_template

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seckill.db import Credentials, connect
+from seckill.infra.db import Credentials, connect
 
 pytestmark = pytest.mark.e2e
 

@@ -37,8 +37,8 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from seckill import keys
-from seckill.db import Credentials
+from seckill.infra import keys
+from seckill.infra.db import Credentials
 from seckill.openapi import ADMIN, USER
 from seckill.tokens import mint_tokens
 from seckill_demo.faults import PrivateRedis

@@ -28,12 +28,12 @@ import pytest
 import redis as redis_lib
 from botocore.exceptions import ClientError
 
-from seckill import keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database
+from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, queue_depth
-from seckill.timeutil import from_ms
+from seckill.press.gate import Gate
 from seckill.tokens import store_tokens, user_for_token
 from seckill_demo.faults import PrivateRedis
 from seckill_demo.stack import free_port

@@ -21,18 +21,18 @@ import boto3
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from seckill import hints, keys
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.errors import SeckillError
-from seckill.gate import TAKEN_OVER, Gate, Mark, Refusal
+from seckill import hints
+from seckill.infra import keys
+from seckill.infra.clients import redis_client, sqs_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal, SeckillError
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.orders import place_order
-from seckill.persistence import persist_order
-from seckill.scripts import Scripts
+from seckill.press.gate import TAKEN_OVER, Gate, Mark
+from seckill.press.orders import place_order
 from seckill_demo.proxy import FOREVER, LossyProxy
-from tests.helpers import closed_port, db_rows, drain, new_user, reconcile_voucher
+from tests.helpers import closed_port, db_rows, drain, new_user, persist_order, reconcile_voucher
 
 TTL = 600
 
@@ -208,7 +208,7 @@ def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_sam
     voucher_id, buyer = make_voucher(stock=2), new_user()
     with pytest.raises(SeckillError) as first:
         place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
-    assert (first.value.status, first.value.code) == (503, "TRY_AGAIN")
+    assert (first.value.refusal.status, first.value.refusal.code) == (503, "TRY_AGAIN")
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert stranded is not None
@@ -271,7 +271,7 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     redis_proxy.only_after, redis_proxy.drop_replies = b"EVALSHA", FOREVER
     with pytest.raises(SeckillError) as lost:
         place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
-    assert (lost.value.status, lost.value.code) == (503, "TRY_AGAIN")
+    assert (lost.value.refusal.status, lost.value.refusal.code) == (503, "TRY_AGAIN")
     redis_proxy.drop_replies = 0
     assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
 
@@ -291,7 +291,7 @@ def test_an_unreachable_gate_is_503_and_nothing_is_held(
         place_order(
             unreachable, client, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=TTL
         )
-    assert error.value.code == "TRY_AGAIN"
+    assert error.value.refusal.code == "TRY_AGAIN"
     assert isinstance(error.value.__cause__, RedisConnectionError)
     assert redis.get(keys.stock(voucher_id)) == "2"
 

@@ -18,12 +18,13 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 import pytest
 import redis as redis_lib
 
-from seckill import keys, vouchers
-from seckill.config import Settings
-from seckill.db import Credentials, Database, connect
+from seckill import vouchers
+from seckill.infra import keys
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database, connect
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.recovery import restore, voucher_ids_on_sale
-from seckill.scripts import Scripts
+from seckill.repair.restore import restore, voucher_ids_on_sale
 from seckill.vouchers import VoucherIn
 from seckill_local.feeder import sqs_event
 from seckill_local.template import Template
@@ -917,7 +918,7 @@ def test_stopped_sale_answers_ended_leaves_the_list_and_is_withdrawn_in_mysql(
     # and brings it back closed.
     assert voucher_id in voucher_ids_on_sale(db)
     redis.delete(keys.stock(voucher_id), keys.window(voucher_id), keys.buyers(voucher_id))
-    restored = restore(db, redis, scripts, voucher_id, "missing")
+    restored = restore(db, scripts, voucher_id, "missing")
     assert restored is not None
     assert restored.applied
     expect_refusal(buy(voucher_id, new_user()), 409, "ENDED")
@@ -942,7 +943,7 @@ def test_stop_when_redis_fails_is_503_and_reconciliation_finishes_it(
     assert db_rows(db, "SELECT status FROM tb_voucher WHERE id = %s", voucher_id) == [{"status": 2}]
     assert redis.hget(keys.window(voucher_id), "end") != "0"
 
-    restored = restore(db, redis, scripts, voucher_id, "repair")
+    restored = restore(db, scripts, voucher_id, "repair")
 
     assert restored is not None
     assert restored.applied

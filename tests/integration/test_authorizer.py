@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from seckill import keys
+from seckill.infra import keys
 from tests.helpers import closed_port, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]

@@ -22,16 +22,18 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from seckill import hints, keys
-from seckill.clients import redis_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.gate import Gate, Refusal
+from seckill import hints
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
-from seckill.orders import place_order
-from seckill.persistence import Decision, persist_orders
-from seckill.scripts import Scripts
+from seckill.persist.persistence import Decision, persist_orders
+from seckill.press.gate import Gate
+from seckill.press.orders import place_order
 from seckill.vouchers import create_seckill_voucher, preload
 from tests.helpers import accept, closed_port, new_user, on_sale
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database
 from seckill.messages import OrderMessage, queue_depth
+from seckill.press.gate import Gate
 from seckill.tokens import user_for_token
 from tests.helpers import new_user, run_python
 
@@ -60,7 +60,9 @@ def test_reconcile_command_releases_a_stale_reservation(
     # ...a minute ago: older than the youngest age an operator may ask for.
     redis.hset(keys.pending(voucher_id), str(user), f"{reservation.accepted_ms - 60_000}:{reservation.token}")
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"])
-    done = run_python("-m", "seckill.reconcile", "--voucher", str(voucher_id), "--pending-age", "30", "--json", env=env)
+    done = run_python(
+        "-m", "seckill_ops.reconcile", "--voucher", str(voucher_id), "--pending-age", "30", "--json", env=env
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["queueDrained"] is True
@@ -74,7 +76,7 @@ def test_reconcile_command_refuses_a_pending_age_a_live_request_may_have(
     voucher_id, user = make_voucher(stock=2), new_user()
     gate.reserve(voucher_id, user, uuid.uuid4().hex)  # a request still running
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"])
-    done = run_python("-m", "seckill.reconcile", "--voucher", str(voucher_id), "--pending-age", "0", env=env)
+    done = run_python("-m", "seckill_ops.reconcile", "--voucher", str(voucher_id), "--pending-age", "0", env=env)
     assert done.returncode == 2
     assert "--pending-age must be at least 30" in done.stderr
     assert redis.hexists(keys.pending(voucher_id), str(user))
@@ -108,7 +110,7 @@ def test_reconciler_function_rebuilds_a_voucher_redis_lost_before_it_reconciles(
 
 
 def test_reconcile_command_needs_the_queue(creds: Credentials) -> None:
-    done = run_python("-m", "seckill.reconcile", env=service_env(creds, ORDER_QUEUE_URL=""))
+    done = run_python("-m", "seckill_ops.reconcile", env=service_env(creds, ORDER_QUEUE_URL=""))
     assert done.returncode == 2
     assert "ORDER_QUEUE_URL" in done.stderr
 
@@ -119,7 +121,7 @@ def test_recovery_command_rebuilds_a_lost_voucher(
     voucher_id = make_voucher(stock=4)
     redis.delete(keys.stock(voucher_id), keys.window(voucher_id))
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], ORDER_DLQ_URL=queues["OrderDeadLetterQueue"])
-    done = run_python("-m", "seckill.recovery", "--wait-for-queue", "5", env=env)
+    done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "5", env=env)
     assert done.returncode == 0, done.stderr
     assert f"voucher {voucher_id}: stock None -> 4" in done.stdout
     assert redis.get(keys.stock(voucher_id)) == "4"
@@ -136,7 +138,7 @@ def test_recovery_command_counts_dead_lettered_orders_as_sold(
     sqs.send_message(QueueUrl=queues["OrderDeadLetterQueue"], MessageBody=waiting.to_json())
     redis.delete(*keys.voucher_keys(voucher_id))
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], ORDER_DLQ_URL=queues["OrderDeadLetterQueue"])
-    done = run_python("-m", "seckill.recovery", "--wait-for-queue", "5", env=env)
+    done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "5", env=env)
     assert done.returncode == 0, done.stderr
     assert f"voucher {voucher_id}: stock None -> 3" in done.stdout
     assert "1 orders in the dead-letter queue were counted as sold" in done.stdout
@@ -152,7 +154,7 @@ def test_recovery_command_changes_nothing_while_orders_are_on_the_queue(
     sqs.send_message(QueueUrl=queues["OrderQueue"], MessageBody=on_the_way.to_json())
     redis.delete(*keys.voucher_keys(voucher_id))
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], ORDER_DLQ_URL=queues["OrderDeadLetterQueue"])
-    done = run_python("-m", "seckill.recovery", "--wait-for-queue", "1", env=env)
+    done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "1", env=env)
     assert done.returncode == 1
     assert "1 orders are still on the order queue" in done.stderr
     assert not redis.exists(keys.stock(voucher_id))
@@ -160,7 +162,7 @@ def test_recovery_command_changes_nothing_while_orders_are_on_the_queue(
 
 def test_recovery_command_needs_the_dead_letter_queue(creds: Credentials, queues: dict[str, str]) -> None:
     done = run_python(
-        "-m", "seckill.recovery", env=service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], ORDER_DLQ_URL="")
+        "-m", "seckill_ops.recovery", env=service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], ORDER_DLQ_URL="")
     )
     assert done.returncode == 2
     assert "ORDER_DLQ_URL" in done.stderr

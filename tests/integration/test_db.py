@@ -11,8 +11,8 @@ import boto3
 import pymysql
 import pytest
 
-from seckill.config import Settings
-from seckill.db import Credentials, Database, connect, is_connection_error
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database, connect, is_connection_error
 from tests.helpers import closed_port
 
 

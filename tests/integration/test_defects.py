@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Database
-from seckill.gate import SOLD_OUT, Gate, Refusal
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal
+from seckill.infra.lua_scripts import Scripts, lua_dir, read_script
 from seckill.messages import OrderQueue, queue_depth
-from seckill.scripts import Scripts, lua_dir, read_script
+from seckill.press.gate import SOLD_OUT, Gate
 from seckill_local.feeder import sqs_event
 from tests.helpers import accept, body, db_rows, load_event, new_user, reconcile_voucher
 

@@ -23,12 +23,12 @@ from typing import Any
 import boto3
 import pytest
 
-from seckill import keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database
+from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, queue_depth
-from seckill.timeutil import from_ms
+from seckill.press.gate import Gate
 from seckill_local.feeder import sqs_event
 from seckill_ops import dlq_replay
 from tests.helpers import DLQ_REPLAY, closed_port, db_rows, run_dlq_replay

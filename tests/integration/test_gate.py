@@ -1,4 +1,4 @@
-"""The Lua gate on a real Redis, driven through ``seckill.gate.Gate``.
+"""The Lua gate on a real Redis, driven through ``seckill.press.gate.Gate``.
 
 Vouchers here live only in Redis (the gate never reads MySQL); ids are drawn at
 random so leftovers of other runs never collide, and every key is removed after
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from seckill import keys
-from seckill.errors import TryAgain
-from seckill.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Refusal, Reservation
-from seckill.scripts import Scripts, lua_dir
+from seckill.infra import keys
+from seckill.infra.errors import Refusal, TryAgain
+from seckill.infra.lua_scripts import Scripts, lua_dir
+from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
 from tests.helpers import new_user
 
 HOUR_MS = 3_600_000
@@ -172,7 +172,7 @@ def test_unknown_voucher_after_redis_lost_its_data_is_try_again_not_404(gate: Ga
     try:
         with pytest.raises(TryAgain) as caught:
             gate.reserve(v.new_id(), new_user(), token())
-        assert (caught.value.status, caught.value.code) == (503, "TRY_AGAIN")
+        assert (caught.value.refusal.status, caught.value.refusal.code) == (503, "TRY_AGAIN")
     finally:
         redis.set(keys.loaded(), 1)
     assert refused(gate, v.new_id(), new_user()).code == "VOUCHER_NOT_FOUND"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
 from seckill.ids import BEGIN_EPOCH, next_order_id, order_id_time
+from seckill.infra import keys
 
 MAX_ID = 2**63 - 1
 

@@ -12,7 +12,7 @@ import pymysql
 import pytest
 
 from seckill import migrate as migrate_module
-from seckill.db import Credentials, connect
+from seckill.infra.db import Credentials, connect
 from seckill.migrate import migrate
 
 TABLES = {"tb_voucher", "tb_seckill_voucher", "tb_voucher_order", "tb_voucher_order_rejection"}

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Credentials, Database, connect, is_connection_error
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database, connect, is_connection_error
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
-from seckill.persistence import Decision, Outcome, persist_orders
-from seckill.poison import Failed, Poisoned, PoisonQueue, take_batch
-from seckill.scripts import Scripts
+from seckill.persist.persistence import Decision, Outcome, persist_orders
+from seckill.persist.poison import Failed, Poisoned, PoisonQueue, take_batch
 from seckill_demo.proxy import LossyProxy
 from tests.helpers import db_rows, new_user
 from tests.outcomes import ROWS, Arena, Row, check_effects, check_poison_queue, check_taken, received, seen

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Credentials, Database
-from seckill.gate import Gate
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database
 from seckill.messages import queue_depth
+from seckill.press.gate import Gate
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Template
 from tests.helpers import accept, closed_port, db_rows, load_event, new_user

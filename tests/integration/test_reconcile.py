@@ -15,16 +15,26 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.db import Database
-from seckill.errors import SeckillError
-from seckill.gate import Gate, Refusal
 from seckill.ids import SEQUENCE_MASK, next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal, SeckillError
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
-from seckill.persistence import persist_order
-from seckill.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore, restore_order_counter
-from seckill.scripts import Scripts
-from tests.helpers import HINT_TTL, accept, accepted, db_rows, drain, new_user, reconcile_voucher, recover
+from seckill.press.gate import Gate
+from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
+from seckill.repair.restore import restore
+from tests.helpers import (
+    HINT_TTL,
+    accept,
+    accepted,
+    db_rows,
+    drain,
+    new_user,
+    persist_order,
+    reconcile_voucher,
+    recover,
+)
 
 NOW = timedelta(0)  # every reservation counts as stale
 
@@ -250,7 +260,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     # Until the rebuild, nobody is told the voucher does not exist: they are told to try again.
     with pytest.raises(SeckillError) as refused:
         gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
-    assert (refused.value.status, refused.value.code) == (503, "TRY_AGAIN")
+    assert (refused.value.refusal.status, refused.value.refusal.code) == (503, "TRY_AGAIN")
 
     rebuilt = [r for r in rebuild(db, redis, scripts, dead_letters=[], hint_ttl=HINT_TTL) if r.voucher_id == voucher_id]
     assert redis.exists(keys.loaded())
@@ -258,7 +268,7 @@ def test_redis_flushed_mid_sale_then_rebuilt(
     assert rebuilt[0].applied
     assert rebuilt[0].expected_stock == 6
     # A present voucher is never clobbered by a rebuild.
-    assert not restore(db, redis, scripts, voucher_id, "missing").applied
+    assert not restore(db, scripts, voucher_id, "missing").applied
 
     for user_id in first_buyers:  # they already hold an order
         assert gate.reserve(voucher_id, user_id, uuid.uuid4().hex) == Refusal(
@@ -357,7 +367,7 @@ def test_a_lost_voucher_is_rebuilt_only_once_the_queue_is_drained(
         assert reconcile_voucher(db, redis, queue, voucher_id).missing  # reconciliation leaves it to recovery
         with pytest.raises(SeckillError) as refused:
             gate.reserve(voucher_id, new_user(), uuid.uuid4().hex)
-        assert refused.value.code == "TRY_AGAIN"
+        assert refused.value.refusal.code == "TRY_AGAIN"
 
         assert persist_queue(sqs, queues["OrderQueue"], db, redis, gate) == 1
         rebuilt = recover(db, redis, sqs, queues)

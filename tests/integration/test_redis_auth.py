@@ -20,8 +20,8 @@ import pytest
 from redis import Redis
 from redis.exceptions import AuthenticationError, RedisError
 
-from seckill.clients import redis_client
-from seckill.config import Settings
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill_demo.stack import free_port
 
 TOKEN = secrets.token_urlsafe(48)

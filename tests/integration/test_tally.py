@@ -1,4 +1,4 @@
-"""Refusals are counted without a metrics document per request (seckill.tally): summed
+"""Refusals are counted without a metrics document per request (seckill.press.tally): summed
 in memory, published as CloudWatch EMF when due, read here from stdout as CloudWatch would."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from seckill.tally import Tally
+from seckill.press.tally import Tally
 from tests.helpers import body, load_event, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
+from seckill.infra import keys
 from seckill.tokens import mint_tokens, token_from_header, user_for_token
 
 # --- token_from_header ---------------------------------------------------------------------

@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from seckill import keys, vouchers
-from seckill.db import Credentials, Database, connect
-from seckill.errors import TryAgain
-from seckill.gate import Gate, Refusal, Reservation
+from seckill import vouchers
+from seckill.infra import keys
+from seckill.infra.db import Credentials, Database, connect
+from seckill.infra.errors import Refusal, TryAgain
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import to_db, to_ms
 from seckill.messages import OrderQueue
 from seckill.migrate import migrate
-from seckill.orders import place_order
-from seckill.recovery import rebuild
-from seckill.scripts import Scripts
-from seckill.timeutil import to_db, to_ms
+from seckill.press.gate import Gate, Reservation
+from seckill.press.orders import place_order
+from seckill.repair.recovery import rebuild
 from seckill.vouchers import SeckillVoucherIn, VoucherIn
 from tests.helpers import db_rows, new_user, reconcile_voucher, recover
 

@@ -1,4 +1,4 @@
-"""What a function opens before its first request (seckill.warmup), by Lambda's
+"""What a function opens before its first request (seckill.infra.warmup), by Lambda's
 initialization type, against the real Redis and MariaDB: nothing on demand; everything
 ahead of traffic; closed before a SnapStart snapshot and opened again after a restore."""
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import snapshot_restore_py
 
-from seckill import warmup
-from seckill.clients import OnFirstUse, redis_client
-from seckill.config import Settings
-from seckill.db import Credentials, Database
+from seckill.infra import warmup
+from seckill.infra.clients import OnFirstUse, redis_client
+from seckill.infra.config import Settings
+from seckill.infra.db import Credentials, Database
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
 from tests.helpers import body, closed_port, load_event, new_user
@@ -148,7 +148,7 @@ def test_unreachable_dependencies_do_not_fail_init(
     monkeypatch.setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "snap-start")
     gone = replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0")
     db = Database(replace(creds, port=closed_port()))
-    with caplog.at_level(logging.WARNING, logger="seckill.warmup"):
+    with caplog.at_level(logging.WARNING, logger="seckill.infra.warmup"):
         warmup.prepare(warmup.Connections(redis_client(gone), db))
         restore(hooks)
     unreachable = [r.getMessage() for r in caplog.records if "ahead of traffic" in r.getMessage()]

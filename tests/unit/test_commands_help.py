@@ -14,8 +14,8 @@ from tests.helpers import closed_port, run_python
 # The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
 COMMANDS = {
     "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
-    "seckill-reconcile": "seckill.reconcile:main",
-    "seckill-recovery": "seckill.recovery:main",
+    "seckill-reconcile": "seckill_ops.reconcile:main",
+    "seckill-recovery": "seckill_ops.recovery:main",
     "seckill-migrate": "seckill.migrate:main",
     "seckill-tokens": "seckill_local.tokens:main",
     "seckill-local": "seckill_local.runner:main",
@@ -42,8 +42,8 @@ def test_seckill_tokens_says_when_redis_is_unreachable(tmp_path: Path) -> None:
 def test_every_command_has_help() -> None:
     for module in (
         "seckill.migrate",
-        "seckill.reconcile",
-        "seckill.recovery",
+        "seckill_ops.reconcile",
+        "seckill_ops.recovery",
         "seckill_ops.dlq_replay",
         "seckill_local.tokens",
         "seckill_local.runner",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from seckill import keys
-from seckill.errors import BadRequest
 from seckill.ids import parse_id
+from seckill.infra import keys
+from seckill.infra.errors import BadRequest
 
 MAX_ID = 2**63 - 1
 
@@ -66,10 +66,10 @@ def test_parse_id_accepts_canonical_positive_integers(value: Any, expected: int)
 def test_parse_id_rejects_everything_else(value: Any) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_id(value, "voucherId")
-    assert caught.value.status == 400
-    assert caught.value.code == "BAD_REQUEST"
+    assert caught.value.refusal.status == 400
+    assert caught.value.refusal.code == "BAD_REQUEST"
     # The 400 names the offending parameter.
-    assert "voucherId" in caught.value.message
+    assert "voucherId" in caught.value.refusal.message
 
 
 def test_the_order_counter_is_per_utc_day() -> None:

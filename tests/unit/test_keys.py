@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.crc import key_slot
 
-from seckill import keys
+from seckill.infra import keys
 
 
 def test_contract_key_names_share_the_voucher_hash_tag() -> None:

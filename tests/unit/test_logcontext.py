@@ -1,4 +1,4 @@
-"""seckill.logcontext puts on an invocation's log lines exactly what Powertools'
+"""seckill.infra.logcontext puts on an invocation's log lines exactly what Powertools'
 inject_lambda_context (with the correlation id) puts there, set only when the invocation logs."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import logger as powertools_logger
 
-from seckill.logcontext import LogContext
+from seckill.infra.logcontext import LogContext
 from seckill_local.lambdas import LocalContext
 
 Handler = Callable[[dict[str, Any], Any], None]

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from seckill.errors import BadRequest
+from seckill.infra.errors import BadRequest
 from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
 from tests.helpers import load_event
 
@@ -69,21 +69,21 @@ def test_the_sample_body_is_valid() -> None:
 def test_bad_seckill_bodies_name_the_field(body: str, field: str) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_voucher(body, SeckillVoucherIn, UTC)
-    assert caught.value.status == 400
-    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+    assert caught.value.refusal.status == 400
+    assert caught.value.refusal.message.startswith(f"{field}:"), caught.value.refusal.message
 
 
 @pytest.mark.parametrize("body", ["not json", "", None, "[]", '"a string"', "{"])
 def test_body_that_is_not_a_json_object_is_a_400(body: str | None) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_voucher(body, SeckillVoucherIn, UTC)
-    assert caught.value.status == 400
+    assert caught.value.refusal.status == 400
 
 
 def test_seckill_type_on_the_ordinary_route_is_a_400() -> None:
     with pytest.raises(BadRequest) as caught:
         parse_voucher(sample(), VoucherIn, UTC)
-    assert caught.value.message.startswith("type:")
+    assert caught.value.refusal.message.startswith("type:")
 
 
 def test_ordinary_voucher_body() -> None:
@@ -128,14 +128,14 @@ def test_end_before_begin_is_judged_after_the_zone() -> None:
 def test_times_outside_the_years_1_to_9999_in_utc_name_the_field(changes: dict[str, str], field: str) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_voucher(sample(**changes), SeckillVoucherIn, UTC)
-    assert caught.value.message.startswith(f"{field}:"), caught.value.message
+    assert caught.value.refusal.message.startswith(f"{field}:"), caught.value.refusal.message
 
 
 def test_a_naive_time_pushed_out_of_range_by_the_zone_names_the_field() -> None:
     body = sample(beginTime="0001-01-01T00:00:00", endTime="2030-01-01T00:00:00Z")
     with pytest.raises(BadRequest) as caught:
         parse_voucher(body, SeckillVoucherIn, ZoneInfo("Asia/Shanghai"))
-    assert caught.value.message.startswith("beginTime:"), caught.value.message
+    assert caught.value.refusal.message.startswith("beginTime:"), caught.value.refusal.message
 
 
 def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
@@ -143,7 +143,7 @@ def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
     ended = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now - timedelta(seconds=1)).isoformat())
     with pytest.raises(BadRequest) as caught:
         parse_voucher(ended, SeckillVoucherIn, UTC)
-    assert caught.value.message.startswith("endTime:"), caught.value.message
+    assert caught.value.refusal.message.startswith("endTime:"), caught.value.refusal.message
     # Still open, if only just: accepted.
     open_ = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now + timedelta(minutes=1)).isoformat())
     assert isinstance(parse_voucher(open_, SeckillVoucherIn, UTC), SeckillVoucherIn)

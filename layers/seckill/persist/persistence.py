@@ -18,12 +18,13 @@ from typing import Any
 from pymysql.cursors import DictCursor
 from redis.exceptions import NoScriptError
 
-from seckill import hints, keys
-from seckill.db import Database, is_connection_error
+from seckill import hints
 from seckill.hints import CONFIRMED, FAILED
+from seckill.infra import keys
+from seckill.infra.db import Database, is_connection_error
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import to_db
 from seckill.messages import OrderMessage
-from seckill.scripts import Scripts
-from seckill.timeutil import to_db
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,6 @@ def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequenc
     outcomes = decide_orders(db, messages)
     _write_back(redis, scripts, [(m, o) for m, o in zip(messages, outcomes, strict=True) if isinstance(o, Decision)])
     return outcomes
-
-
-def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
-    """One order, as a batch of one; raises what left it undecided."""
-    (outcome,) = persist_orders(db, redis, scripts, [message])
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
 
 
 def decide_orders(db: Database, messages: Sequence[OrderMessage]) -> list[Outcome]:

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seckill.db import Database
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
 from seckill.messages import MalformedMessage, OrderMessage
-from seckill.persistence import Decision, OrderIdConflict, persist_orders
-from seckill.scripts import Scripts
+from seckill.persist.persistence import Decision, OrderIdConflict, persist_orders
 
 REASON_ATTRIBUTE = "reason"
 MAX_REASON = 1024  # characters of the reason kept in the attribute
@@ -110,7 +110,7 @@ def take_batch(
     records: Sequence[tuple[str, dict[str, Any] | None]],
 ) -> list[Taken]:
     """Decide a batch of OrderQueue records (body, message attributes): one outcome per
-    record, in order. Its orders are decided together (seckill.persistence). A record
+    record, in order. Its orders are decided together (seckill.persist.persistence). A record
     that can never be stored goes to the poison queue when there is one; otherwise (or
     when that send fails) it fails, as does every record a retry may yet store."""
     parsed: list[OrderMessage | MalformedMessage] = []

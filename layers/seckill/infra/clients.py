@@ -2,7 +2,7 @@
 
 boto3 is imported, and an SQS client made, only when a function first sends:
 loading SQS's service model is the largest part of a cold start, and most cold
-starts of a sale only refuse (seckill.warmup makes it ahead of traffic where
+starts of a sale only refuse (seckill.infra.warmup makes it ahead of traffic where
 init does not delay a request).
 """
 
@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from seckill.config import Settings
+from seckill.infra.config import Settings
 
 RedisClient = Redis | RedisCluster
 

@@ -20,7 +20,7 @@ import pymysql
 from pymysql.constants import CR, ER
 from pymysql.cursors import DictCursor
 
-from seckill.config import Settings
+from seckill.infra.config import Settings
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 Safe at any time, alongside live traffic, and any number of times in a row:
 
 1. a voucher on sale whose Redis state is gone is left to recovery
-   (``seckill.recovery.recover_if_lost``), and reported ``missing``;
+   (``seckill.repair.recovery.recover_if_lost``), and reported ``missing``;
 2. a reservation pending longer than ``pending_age`` (beyond any request's
    lifetime, so no live request still owns it) is
    - cleared, if MySQL has already decided its order;
@@ -16,34 +16,25 @@ Safe at any time, alongside live traffic, and any number of times in a row:
 3. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
-``python -m seckill.reconcile`` runs it once; ReconcilerFunction runs it on a schedule.
+``seckill-reconcile`` (``seckill_ops.reconcile``) runs it once; ReconcilerFunction runs it on a schedule.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from pymysql.cursors import DictCursor
 
-from seckill import keys
-from seckill.clients import redis_client, sqs_client
-from seckill.config import Settings
-from seckill.db import Database
-from seckill.gate import Gate, Mark, Reservation
-from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
-from seckill.persistence import fail_unqueued
-from seckill.recovery import (
-    Restored,
-    restore,
-    voucher_ids_on_sale,
-)
-from seckill.scripts import Scripts
-from seckill.timeutil import from_ms
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_ms
+from seckill.messages import OrderMessage, OrderQueue, Sent
+from seckill.persist.persistence import fail_unqueued
+from seckill.press.gate import Gate, Mark, Reservation
+from seckill.repair.restore import Restored, restore, voucher_ids_on_sale
 
 # A reservation younger than this may still belong to a live request: API Gateway
 # gives up on a request after 30 s, so an operator may not go below that.
@@ -176,7 +167,7 @@ def reconcile(
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db):
         result = VoucherReconciled(voucher_id)
-        state = restore(db, redis, scripts, voucher_id, "check")
+        state = restore(db, scripts, voucher_id, "check")
         if state is None:
             continue  # not a seckill voucher MySQL knows
         results.append(result)
@@ -185,63 +176,6 @@ def reconcile(
             continue
         resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
         mode = "repair" if drained and repair else "check"
-        result.drift = restore(db, redis, scripts, voucher_id, mode)
+        result.drift = restore(db, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     return Reconciled(drained, results)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="seckill-reconcile",
-        description="Resolve stale pending reservations (re-queue or release) and repair Redis/MySQL drift "
-        "once the order queue is drained. Safe to run at any time and repeatedly. Exit 0 when nothing "
-        "is left drifting, 1 when drift remains (e.g. the queue was not drained).",
-    )
-    parser.add_argument(
-        "--pending-age",
-        type=float,
-        default=DEFAULT_PENDING_AGE.total_seconds(),
-        metavar="SECONDS",
-        help=f"age at which a reservation is stale (default %(default).0f, at least {MIN_PENDING_AGE.seconds})",
-    )
-    parser.add_argument("--no-repair", action="store_true", help="report drift without repairing it")
-    parser.add_argument("--voucher", type=int, action="append", help="only this voucher (repeatable)")
-    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-    args = parser.parse_args(argv)
-    try:
-        pending_age = operator_pending_age(args.pending_age, "--pending-age")
-    except ValueError as exc:
-        parser.error(str(exc))
-    settings = Settings.from_env()
-    if not settings.order_queue_url:
-        parser.error("ORDER_QUEUE_URL must name the order queue")
-    redis = redis_client(settings)
-    sqs = sqs_client()
-    result = reconcile(
-        Database.from_settings(settings),
-        redis,
-        Scripts.register(redis),
-        OrderQueue(sqs, settings.order_queue_url),
-        drained=queue_depth(sqs, settings.order_queue_url) == 0,
-        pending_age=pending_age,
-        repair=not args.no_repair,
-        voucher_ids=args.voucher,
-    )
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        totals = result.totals()
-        print(", ".join(f"{k} {v}" for k, v in totals.items()) + f"; queue drained: {result.queue_drained}")
-    for v in result.vouchers:
-        if v.missing:
-            print(
-                f"voucher {v.voucher_id}: lost from Redis; the gate answers 503 for it until seckill-recovery "
-                "(or ReconcilerFunction's next run) rebuilds it",
-                file=sys.stderr,
-            )
-    remaining = [v for v in result.vouchers if (v.drift and v.drift.drifted and not v.repaired) or v.missing]
-    return 1 if remaining else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

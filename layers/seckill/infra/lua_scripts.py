@@ -15,8 +15,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-_PACKAGED = Path(__file__).with_name("lua")
-_SOURCE = Path(__file__).resolve().parents[2] / "lua"
+_PACKAGED = Path(__file__).parents[1] / "lua"
+_SOURCE = Path(__file__).resolve().parents[3] / "lua"
 
 
 def lua_dir() -> Path:

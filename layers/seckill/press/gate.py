@@ -9,21 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from seckill import keys
-from seckill.errors import TryAgain
-from seckill.scripts import Scripts
+from seckill.infra import keys
+from seckill.infra.errors import Refusal, TryAgain
+from seckill.infra.lua_scripts import Scripts
 
 OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED = 0, 1, 2, 3, 4, 5, 6
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """The gate's no, as the client is told it (docs/contract.md): an answer, not an
-    error, so it is returned, never raised. Most presses of a sale end here."""
-
-    status: int
-    code: str
-    message: str
 
 
 REFUSALS: dict[int, Refusal] = {

@@ -11,14 +11,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import hints, keys
-from seckill.db import Database, is_connection_error
-from seckill.errors import NotFound, TryAgain
-from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Refusal, Reservation
+from seckill import hints
 from seckill.hints import CONFIRMED, FAILED, PENDING
 from seckill.ids import next_order_id
+from seckill.infra import keys
+from seckill.infra.db import Database, is_connection_error
+from seckill.infra.errors import NotFound, Refusal, TryAgain
+from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.timeutil import from_db, from_ms
+from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Reservation
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)

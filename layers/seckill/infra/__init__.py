@@ -1,0 +1,1 @@
+"""What every flow runs on: settings, clients, Redis keys and scripts, MySQL, results, logs, traces."""

@@ -1,0 +1,1 @@
+"""The persister: orders from the queue written to MySQL, poison isolated."""

@@ -1,0 +1,1 @@
+"""Recovery after Redis lost its data, and reconciliation of stale reservations and drift."""
