@@ -24,6 +24,7 @@ Redis round trip (none while the sold-out answer is cached):
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any
 from urllib.parse import urlencode
@@ -188,7 +189,7 @@ def order_status(orderId: openapi.IdText) -> Response[str]:
 def page_size(value: str | None) -> int:
     if value is None:
         return vouchers.PAGE_SIZE
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= vouchers.MAX_PAGE_SIZE:
+    if re.fullmatch(vouchers.PAGE_SIZE_PATTERN, value) is None:
         raise BadRequest(f"limit must be an integer from 1 to {vouchers.MAX_PAGE_SIZE}")
     return int(value)
 
