@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
+from benchmarks.servers import SqsServer
 from seckill import keys, vouchers
 from seckill.clients import redis_client
 from seckill.config import Settings
@@ -23,6 +24,7 @@ from seckill.gate import Gate
 from seckill.migrate import migrate
 from seckill.scripts import Scripts
 from seckill.tokens import mint_tokens
+from seckill_demo.stack import free_port
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
@@ -130,6 +132,16 @@ def sqs_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def sqs(sqs_endpoint: str) -> Any:
     return sqs_client(sqs_endpoint)
+
+
+@pytest.fixture(scope="session")
+def fauxqs() -> Iterator[Any]:
+    """An SQS client on fauxqs, the fast stand-in the benchmarks use, for queues of
+    thousands of messages. Without Node.js or fauxqs it fails and says why (make
+    bench-setup installs both; make test runs it first)."""
+    server = SqsServer("fauxqs", free_port())
+    yield sqs_client(server.endpoint)
+    server.stop()
 
 
 @pytest.fixture

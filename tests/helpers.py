@@ -165,8 +165,9 @@ def signed(
     secret: str = LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
     key: str = LOCAL_AWS["AWS_ACCESS_KEY_ID"],
     service: str = "execute-api",
+    region: str = LOCAL_AWS["AWS_DEFAULT_REGION"],
 ) -> dict[str, str]:
     """The headers of a request SigV4-signed as botocore signs it (the Host included)."""
     request = AWSRequest(method=method, url=url, data=data, headers=headers or {})
-    SigV4Auth(AwsCredentials(key, secret), service, "us-east-1").add_auth(request)
+    SigV4Auth(AwsCredentials(key, secret), service, region).add_auth(request)
     return {**dict(request.headers), "host": urllib.parse.urlsplit(url).netloc}

@@ -3,7 +3,8 @@
 The token (``authorization`` header, ``Bearer`` optional) is looked up in the
 hm-dianping login hash; the user id goes to the API as ``context.userId``.
 
-A missing or unknown token is denied. A lookup that fails (Redis unreachable)
+A missing or unknown token is denied, as is one whose key holds no login
+hash with a valid user id (another type of key, no ``id``). A lookup that fails (Redis unreachable)
 raises instead: API Gateway caches a deny for ReauthorizeEvery, locking the
 token's user out well past a short outage, whereas a failed invocation is
 answered 500 and cached by nobody, so the next request asks again.

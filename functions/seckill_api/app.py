@@ -3,22 +3,9 @@
 Thin by design: Powertools wiring and module-level clients here, the rules in
 the ``seckill`` package.
 
-A press (POST /voucher-order/seckill/{voucherId}) is most of a sale's traffic,
-and most presses are refused, so its path costs little more than the gate's one
-Redis round trip (none while the sold-out answer is cached):
-
-- API Gateway has matched the route already (``routeKey``), so the handler calls
-  ``press`` directly; the Powertools resolver serves every other route (and
-  holds the press's route too, for the OpenAPI document and any event that
-  arrives without its route key).
-- A refusal is an answer, returned (``seckill.gate.Refusal``), not an exception
-  raised and caught: it is counted in a Tally (summed, published every few
-  seconds, seckill.tally), not printed per request.
-- Traces: invocations X-Ray samples get the handler's subsegment, annotated with
-  the route, the status and the refusal's code, and the SQL and SQS calls'
-  subsegments; the others skip the tracer (X-Ray would discard what it built).
-- Logs: the Lambda context and correlation id join the log keys only when an
-  invocation logs (seckill.logcontext); a refusal's answer is built once.
+The press (POST /voucher-order/seckill/{voucherId}) skips the resolver and
+returns refusals as values: why, and what that buys, in docs/architecture.md
+("The fast path of a press").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Configuration, read once from the environment (the variables: README, Configuration)."""
+"""Configuration, read once from the environment (the variables: docs/operations.md, Configuration)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -87,38 +89,75 @@ def wait_drained(sqs: Any, queue_url: str, timeout: float, poll: float = 0.5) ->
     return True
 
 
+# SQS's longest visibility timeout (12 hours).
+MAX_HOLD_SECONDS = 43200
+
+
+def _change_visibility(sqs: Any, queue_url: str, handles: list[str], seconds: int) -> None:
+    for start in range(0, len(handles), 10):
+        sqs.change_message_visibility_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": seconds}
+                for i, h in enumerate(handles[start : start + 10])
+            ],
+        )
+
+
 def dead_lettered_orders(sqs: Any, dlq_url: str, *, hold_seconds: int = 10) -> tuple[list[OrderMessage], bool]:
     """The orders waiting in the dead-letter queue, read without consuming them, and
     whether that is all of them (False when some are in flight, e.g. a replay is running).
 
-    Each message is held invisible while the queue is read, so none is seen twice,
-    then made visible again. Malformed messages are not orders and are left out.
+    Every message received stays hidden until the read ends, so no receive hands one
+    back and each brings new ones, whatever order SQS returns messages in: the read
+    stops at the first receive with nothing new, about one receive per ten messages.
+    A hold is renewed before half of it has run, for at least twice as long as the read
+    has taken so far: each message is renewed a few times (the holds double), and those
+    of a reader that dies reappear within about twice the time it had read. Then every
+    message is made visible again. Malformed messages are not orders and are left out.
     """
     expected = queue_depth(sqs, dlq_url)
+    started = time.monotonic()
     seen: dict[str, OrderMessage | None] = {}
-    handles: list[str] = []
-    while True:
-        batch = sqs.receive_message(
-            QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=hold_seconds, WaitTimeSeconds=1
-        ).get("Messages", [])
-        if not batch or any(m["MessageId"] in seen for m in batch):
-            # Empty, or the first messages are visible again: the queue was read whole.
-            handles.extend(m["ReceiptHandle"] for m in batch)
-            break
-        for m in batch:
-            handles.append(m["ReceiptHandle"])
-            try:
-                seen[m["MessageId"]] = OrderMessage.from_json(m["Body"])
-            except MalformedMessage:
-                seen[m["MessageId"]] = None
-    for start in range(0, len(handles), 10):
-        sqs.change_message_visibility_batch(
-            QueueUrl=dlq_url,
-            Entries=[
-                {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0}
-                for i, h in enumerate(handles[start : start + 10])
-            ],
-        )
+    held: dict[str, str] = {}  # message id -> its latest receipt handle
+    renewals: deque[tuple[float, str, str]] = deque()  # (when, message id, handle), soonest first
+
+    def hold(now: float) -> int:
+        return min(MAX_HOLD_SECONDS, max(hold_seconds, math.ceil(2 * (now - started))))
+
+    def renew_due() -> None:
+        now = time.monotonic()
+        due: list[tuple[str, str]] = []
+        while renewals and renewals[0][0] <= now:
+            _, message_id, handle = renewals.popleft()
+            if held[message_id] == handle:  # else received again since: its newer entry is queued
+                due.append((message_id, handle))
+        seconds = hold(now)
+        _change_visibility(sqs, dlq_url, [h for _, h in due], seconds)
+        renewals.extend((now + seconds / 2, m, h) for m, h in due)
+
+    try:
+        while True:
+            renew_due()
+            asked = time.monotonic()
+            seconds = hold(asked)
+            batch = sqs.receive_message(
+                QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=seconds, WaitTimeSeconds=1
+            ).get("Messages", [])
+            fresh = [m for m in batch if m["MessageId"] not in seen]
+            for m in batch:
+                held[m["MessageId"]] = m["ReceiptHandle"]
+                renewals.append((asked + seconds / 2, m["MessageId"], m["ReceiptHandle"]))
+            if not fresh:
+                # Nothing visible (or only holds that ran out): the queue was read whole.
+                break
+            for m in fresh:
+                try:
+                    seen[m["MessageId"]] = OrderMessage.from_json(m["Body"])
+                except MalformedMessage:
+                    seen[m["MessageId"]] = None
+    finally:
+        _change_visibility(sqs, dlq_url, list(held.values()), 0)
     return [m for m in seen.values() if m is not None], len(seen) >= expected
 
 

@@ -197,7 +197,7 @@ REBUILD_LOCK_SECONDS = 120
 @contextmanager
 def rebuilding(redis: Any, *, wait: float) -> Iterator[bool]:
     """One rebuild at a time: reading the dead-letter queue hides its messages from
-    every other reader for a few seconds, so two rebuilds at once would each see
+    every other reader while it reads, so two rebuilds at once would each see
     part of it and both defer. Yields whether this one may go ahead."""
     lock = redis.lock(keys.rebuild_lock(), timeout=REBUILD_LOCK_SECONDS, blocking_timeout=wait)
     acquired = bool(lock.acquire(blocking=wait > 0))

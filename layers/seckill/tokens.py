@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from seckill import keys
 from seckill.ids import MAX_ID
 
@@ -24,7 +26,15 @@ def token_from_header(header: str | None) -> str | None:
 
 
 def user_for_token(redis: Any, token: str) -> int | None:
-    user_id = redis.hget(keys.login_token(token), "id")
+    """The user a token logs in, or None when its key holds no login hash with a valid id.
+    Redis unreachable still raises (the authorizer answers 500, cached by nobody)."""
+    try:
+        user_id = redis.hget(keys.login_token(token), "id")
+    except ResponseError as exc:
+        # A key of another type (string, list, set...) is no login: Redis says WRONGTYPE.
+        if not str(exc).startswith("WRONGTYPE"):
+            raise
+        return None
     text = "" if user_id is None else str(user_id)
     # ASCII digits only: str.isdigit() also passes '²' (int() raises) and other scripts' digits.
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_ID:

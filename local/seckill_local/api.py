@@ -6,10 +6,16 @@ cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
 authorizer that fails (raises, times out, or answers without a boolean
 ``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
 and nothing is cached.
-AWS_IAM routes need a request SigV4-signed with the local credentials (the
-signature is verified: ``seckill_local.sigv4``); API Gateway's 403 ``Forbidden``
-answers one unsigned or badly signed, and the function sees an ``iam``
-authorizer context naming the caller's access key.
+AWS_IAM routes need a request SigV4-signed with the local credentials for the
+local region (the signature is verified: ``seckill_local.sigv4``); API Gateway's
+403 ``Forbidden`` answers one unsigned or badly signed, and the function sees an
+``iam`` authorizer context naming the caller's access key.
+
+As at API Gateway, every method is routed (one without a route gets the JSON 404),
+a malformed or negative Content-Length gets a JSON 400, a repeated header or
+query parameter reaches the function as one value, its values joined by commas,
+and a query parameter with an empty value is kept, as ""
+(https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -26,6 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from seckill_local.lambdas import FunctionPool
 from seckill_local.sigv4 import Verifier, local_credentials
+from seckill_local.sqs import local_region
 from seckill_local.template import Function, Route, Template
 
 ACCOUNT = "123456789012"
@@ -48,7 +56,7 @@ class LocalHttpApi:
         self.routes: list[tuple[Route, Function]] = template.routes()
         self.pools = pools
         self.authorizer = template.authorizer()
-        self.verifier = verifier or Verifier(local_credentials(), "execute-api")
+        self.verifier = verifier or Verifier(local_credentials(), "execute-api", local_region())
         self._auth_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
 
@@ -95,7 +103,7 @@ class LocalHttpApi:
             return cached[1]
         request = dict(event, type="REQUEST", identitySource=[token])
         request["routeArn"] = (
-            f"arn:aws:execute-api:us-east-1:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
+            f"arn:aws:execute-api:{local_region()}:{ACCOUNT}:local/$default/{event['routeKey'].replace(' ', '')}"
         )
         answer = self.pools[function].invoke(request)
         if not isinstance(answer, dict) or not isinstance(answer.get("isAuthorized"), bool):
@@ -144,12 +152,21 @@ class LocalHttpApi:
             "isBase64Encoded": encoded,
         }
         if query:
-            event["queryStringParameters"] = dict(parse_qsl(query))
+            event["queryStringParameters"] = joined(parse_qsl(query, keep_blank_values=True))
         if params:
             event["pathParameters"] = params
         if text is not None:
             event["body"] = text
         return event
+
+
+def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Payload 2.0 has one value per name: API Gateway joins a repeated header's or query
+    parameter's values with commas, in order (``rawQueryString`` keeps them apart)."""
+    values: dict[str, str] = {}
+    for name, value in pairs:
+        values[name] = f"{values[name]},{value}" if name in values else value
+    return values
 
 
 def _gateway(status: int, message: str) -> Answer:
@@ -175,21 +192,35 @@ def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) ->
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def __getattr__(self, name: str) -> Any:
+            # Every method reaches the routes, as at API Gateway (one without a route is its JSON
+            # 404), where http.server answers a method it has no do_<METHOD> for with an HTML 501.
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
+
         def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            status, out_headers, raw = api.handle(self.command, self.path, headers, body)
+            headers = joined((k.lower(), v) for k, v in self.headers.items())
+            length = headers.get("content-length", "0")
+            if not (length.isascii() and length.isdigit()):
+                # API Gateway's 400 for a length that is no number of bytes ('abc', '1e3', '-1'); the
+                # rest of the connection cannot be parsed either, so it is closed.
+                self.close_connection = True
+                self._answer(*_gateway(400, "Bad Request"))
+                return
+            body = self.rfile.read(int(length)) if int(length) else b""
+            self._answer(*api.handle(self.command, self.path, headers, body))
+
+        def _answer(self, status: int, headers: dict[str, str], raw: bytes) -> None:
             self.send_response(status)
-            for name, value in out_headers.items():
+            for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("content-length", str(len(raw)))
+            if self.close_connection:
+                self.send_header("connection", "close")
             self.end_headers()
             if self.command != "HEAD":  # a HEAD answer has the headers of the body it leaves out
                 self.wfile.write(raw)
-
-        # Every method reaches the routes, as at API Gateway: one without a route is its 404.
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = _serve  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:
             if verbose:

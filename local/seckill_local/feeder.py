@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seckill_local.lambdas import FunctionPool
-
-REGION = "us-east-1"
+from seckill_local.sqs import local_region
 
 
 @dataclass
@@ -60,7 +59,7 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
                 "md5OfBody": m["MD5OfBody"],
                 "eventSource": "aws:sqs",
                 "eventSourceARN": queue_arn,
-                "awsRegion": REGION,
+                "awsRegion": local_region(),
             }
             for m in messages
         ]

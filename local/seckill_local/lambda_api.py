@@ -22,6 +22,7 @@ from urllib.parse import unquote
 from seckill_local.api import Answer
 from seckill_local.lambdas import FunctionPool
 from seckill_local.sigv4 import Verifier, local_credentials
+from seckill_local.sqs import local_region
 
 INVOKE = re.compile(r"/2015-03-31/functions/(?P<name>[^/]+)/invocations")
 
@@ -39,7 +40,7 @@ class LocalLambdaApi:
         self.functions = set(functions)
         self.make_pool = pool
         self.pools: dict[str, FunctionPool] = {}
-        self.verifier = verifier or Verifier(local_credentials(), "lambda")
+        self.verifier = verifier or Verifier(local_credentials(), "lambda", local_region())
         self._lock = threading.Lock()
 
     def _pool(self, name: str) -> FunctionPool:

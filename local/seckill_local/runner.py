@@ -36,7 +36,7 @@ from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
-from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, sqs_client
+from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, local_region, sqs_client
 from seckill_local.template import TEMPLATE, Function, Template
 
 
@@ -204,7 +204,7 @@ def scheduled_event(props: dict[str, Any]) -> dict[str, Any]:
         "source": "aws.events",
         "account": "123456789012",
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "region": local_region(),
         "resources": [],
         "detail": {},
     }

@@ -4,9 +4,9 @@ The signature is computed again with botocore's own signer from the request as
 received (method, path, query, the headers the client says it signed, the body)
 and the secret key of the local credentials, and compared with the one the
 client sent. Like API Gateway, a request is refused when the header is missing
-or malformed, names another access key or another service, was signed more than
-five minutes away from now, or its signature differs (a changed body or header,
-a wrong secret).
+or malformed, names another access key, another service or another region than
+the endpoint's, was signed more than five minutes away from now, or its
+signature differs (a changed body or header, a wrong secret).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def local_credentials() -> Credentials:
 class Verifier:
     credentials: Credentials
     service: str  # "execute-api", "lambda"
+    region: str  # the endpoint's: a signature scoped to any other does not verify
 
     def caller(
         self, method: str, target: str, headers: dict[str, str], body: bytes, now: datetime | None = None
@@ -50,7 +51,7 @@ class Verifier:
         """The access key that signed this request (headers with lower-case names), or
         None when the signature is missing or does not verify."""
         found = AUTHORIZATION.fullmatch(headers.get("authorization", "").strip())
-        if found is None or found["service"] != self.service:
+        if found is None or found["service"] != self.service or found["region"] != self.region:
             return None
         if found["key"] != self.credentials.access_key:
             return None
@@ -76,6 +77,6 @@ class Verifier:
             headers={name: headers[name] for name in signed},
         )
         request.context["timestamp"] = stamp
-        signer = SigV4Auth(self.credentials, self.service, found["region"])
+        signer = SigV4Auth(self.credentials, self.service, self.region)
         expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
         return found["key"] if hmac.compare_digest(expected, found["signature"]) else None

@@ -18,6 +18,12 @@ LOCAL_AWS = {
 }
 
 
+def local_region() -> str:
+    """The region every local endpoint stands in for: the environment's AWS_DEFAULT_REGION
+    (what boto3 signs for), else LOCAL_AWS's."""
+    return os.environ.get("AWS_DEFAULT_REGION") or LOCAL_AWS["AWS_DEFAULT_REGION"]
+
+
 def sqs_client(endpoint: str) -> Any:
     for name, value in LOCAL_AWS.items():
         os.environ.setdefault(name, value)

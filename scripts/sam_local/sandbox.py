@@ -27,7 +27,7 @@ from seckill.db import Credentials, connect
 from seckill_local.sqs import ensure_queues, sqs_client
 from seckill_local.template import Template
 
-# What the README's setup grants the `seckill` user of events/env.docker.json,
+# What docs/local.md's setup grants the `seckill` user of events/env.docker.json,
 # and so all the functions get here: rows, and CREATE for the migrator's schema.
 GRANTS = "SELECT, INSERT, UPDATE, DELETE, CREATE"
 

@@ -19,6 +19,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from http.client import HTTPConnection, HTTPResponse
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,8 @@ def test_http_admin_route_needs_a_valid_sigv4_signature(api_url: str, redis: Any
         (signed("POST", url, data, json_type, key="AKIDSOMEONEELSE"), data),
         (signed("POST", url, data, json_type), tampered),
         (signed("POST", url, data, json_type, service="lambda"), data),
+        (signed("POST", url, data, json_type, region="eu-west-1"), data),  # a real region, not the local one
+        (signed("POST", url, data, json_type, region="xx-nowhere-9"), data),
     ]  # fmt: skip
     for headers, body in refused:
         status, _, answer = http(url, "POST", headers, body)
@@ -350,11 +353,70 @@ def test_http_a_redis_outage_in_the_authorizer_is_a_500_and_no_cached_deny(
         # Methods no route has are routed like any other: API Gateway's JSON 404, not a 501 page.
         ("TRACE", "/voucher/list/1"),
         ("OPTIONS", "/voucher-order/seckill/1"),
+        # Nor one http.server has no do_<METHOD> for.
+        ("QUERY", "/voucher/list/1"),
+        ("FOO", "/nope"),
     ],
 )
 def test_http_unknown_route_is_404(api_url: str, method: str, path: str) -> None:
     status, _, answer = http(f"{api_url}{path}", method)
     assert (status, answer) == (404, {"message": "Not Found"})
+
+
+def exchange(api_url: str, request: bytes) -> tuple[int, dict[str, str], Any]:
+    """One request sent as these bytes, and the answer: a server that waits for more of the
+    request, or closes without answering, fails the test (the socket's timeout) instead of hanging it."""
+    address = urllib.parse.urlsplit(api_url)
+    with socket.create_connection((address.hostname, address.port), timeout=20) as sock:
+        sock.sendall(request)
+        response = HTTPResponse(sock)
+        response.begin()
+        raw = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(raw) if raw else None
+
+
+@pytest.mark.parametrize("length", ["abc", "1e3", "-1"])
+def test_http_a_malformed_content_length_is_api_gateways_400_at_once(api_url: str, length: str) -> None:
+    request = f"POST /voucher-order/seckill/1 HTTP/1.1\r\nHost: local\r\nContent-Length: {length}\r\n\r\n{{}}"
+    status, headers, answer = exchange(api_url, request.encode())
+    assert (status, answer) == (400, {"message": "Bad Request"})
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"  # what follows on the connection cannot be delimited either
+
+
+def test_http_a_repeated_or_empty_query_parameter_reaches_the_function_as_api_gateway_sends_it(
+    api_url: str, make_voucher: Callable[..., int]
+) -> None:
+    """API Gateway joins a repeated parameter's values with commas and keeps an empty value:
+    the function refuses both, where keeping the last value or dropping the empty one let them in."""
+    shop_id = random.randint(10**12, 10**15)
+    voucher_id = make_voucher(shop_id=shop_id)
+    status, _, answer = http(f"{api_url}/voucher/list/{shop_id}?limit=5")
+    assert (status, [v["id"] for v in answer["data"]]) == (200, [voucher_id])
+    for query, name in (("limit=5&limit=6", "limit"), ("limit=", "limit"), (f"after=0&after={voucher_id}", "after")):
+        status, _, answer = http(f"{api_url}/voucher/list/{shop_id}?{query}")
+        assert (status, answer["code"]) == (400, "BAD_REQUEST"), query
+        assert name in answer["errorMsg"], query
+
+
+def test_http_a_repeated_authorization_header_is_joined_and_refused(api_url: str, mint: Callable[[int], str]) -> None:
+    """Two authorization headers reach the authorizer as one value, joined by a comma, which is no token."""
+    token = mint(new_user())
+    path = f"/voucher-order/{random.randint(2**60, 2**62)}"
+    status, _, answer = http(f"{api_url}{path}", headers={"authorization": f"Bearer {token}"})
+    assert (status, answer["code"]) == (404, "ORDER_NOT_FOUND")  # one header: authorized
+
+    address = urllib.parse.urlsplit(api_url)
+    connection = HTTPConnection(address.hostname or "", address.port, timeout=20)
+    try:
+        connection.putrequest("GET", path)
+        for value in (f"Bearer {token}", f"Bearer {token}"):
+            connection.putheader("Authorization", value)
+        connection.endheaders()
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (403, {"message": "Forbidden"})
+    finally:
+        connection.close()
 
 
 # --- the worker-start hook ---------------------------------------------------------------------

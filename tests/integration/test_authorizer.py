@@ -112,6 +112,33 @@ def test_token_whose_hash_has_no_valid_user_id_is_denied(
         redis.delete(key)
 
 
+@pytest.mark.parametrize(
+    "store",
+    [
+        lambda r, key: r.set(key, "1000001"),
+        lambda r, key: r.rpush(key, "1000001"),
+        lambda r, key: r.sadd(key, "1000001"),
+        lambda r, key: r.zadd(key, {"1000001": 1}),
+        lambda r, key: r.xadd(key, {"id": "1000001"}),
+        lambda r, key: r.hset(key, mapping={"nickName": "no id", "icon": ""}),
+    ],
+    ids=["string", "list", "set", "sorted-set", "stream", "hash-without-id"],
+)
+def test_token_whose_key_is_no_login_hash_is_denied(
+    authorize: Callable[[dict[str, str]], dict[str, Any]], redis: Any, store: Callable[[Any, str], Any]
+) -> None:
+    """Redis answers WRONGTYPE to HGET on another type of key: that token logs nobody in,
+    a deny, not a failed invocation (a 500 on every request carrying it)."""
+    token = uuid.uuid4().hex
+    key = keys.login_token(token)
+    store(redis, key)
+    redis.expire(key, 60)
+    try:
+        assert authorize({"authorization": f"Bearer {token}"}) == DENIED
+    finally:
+        redis.delete(key)
+
+
 def test_revoked_token_is_denied(
     authorize: Callable[[dict[str, str]], dict[str, Any]], mint: Callable[[int], str], redis: Any
 ) -> None:
