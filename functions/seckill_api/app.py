@@ -11,6 +11,7 @@ returns refusals as values: why, and what that buys, in docs/architecture.md
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any
 from urllib.parse import urlencode
@@ -176,7 +177,7 @@ def order_status(orderId: openapi.IdText) -> Response[str]:
 def page_size(value: str | None) -> int:
     if value is None:
         return vouchers.PAGE_SIZE
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= vouchers.MAX_PAGE_SIZE:
+    if re.fullmatch(vouchers.PAGE_SIZE_PATTERN, value) is None:
         raise BadRequest(f"limit must be an integer from 1 to {vouchers.MAX_PAGE_SIZE}")
     return int(value)
 

@@ -18,8 +18,23 @@ BEGIN_EPOCH = 1640995200  # 2022-01-01T00:00:00Z
 COUNT_BITS = 32
 SEQUENCE_MASK = (1 << COUNT_BITS) - 1
 MAX_ID = 2**63 - 1
-_POSITIVE = re.compile(r"[1-9][0-9]{0,18}")
-ID_PATTERN = f"^{_POSITIVE.pattern}$"  # the same, for a JSON schema (values above MAX_ID still refused)
+
+
+def _up_to(bound: str) -> str:
+    """A regex of the numbers written with as many digits as ``bound``, up to it: at the
+    first digit that differs, a smaller one, then any digits."""
+    branches = [bound]
+    for i, digit in enumerate(bound):
+        low = 1 if i == 0 else 0
+        if int(digit) > low:
+            rest = len(bound) - i - 1
+            branches.append(f"{bound[:i]}[{low}-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    return "|".join(branches)
+
+
+# 1 to MAX_ID in canonical decimal, exactly (the OpenAPI document carries it as ID_PATTERN).
+_POSITIVE = re.compile(rf"[1-9][0-9]{{0,{len(str(MAX_ID)) - 2}}}|{_up_to(str(MAX_ID))}")
+ID_PATTERN = f"^(?:{_POSITIVE.pattern})$"
 
 
 def parse_id(value: Any, name: str) -> int:
@@ -34,9 +49,9 @@ def parse_id(value: Any, name: str) -> int:
         text = str(value)
     else:
         raise BadRequest(f"{name} must be a positive integer")
-    if _POSITIVE.fullmatch(text) is None or (number := int(text)) > MAX_ID:
+    if _POSITIVE.fullmatch(text) is None:
         raise BadRequest(f"{name} must be a positive integer")
-    return number
+    return int(text)
 
 
 def next_order_id(redis: Any, now: float | None = None) -> int:

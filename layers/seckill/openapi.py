@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import models_json_schema
 
 from seckill.ids import ID_PATTERN
-from seckill.vouchers import MAX_PAGE_SIZE, PAGE_SIZE, SeckillVoucherIn, VoucherIn
+from seckill.vouchers import MAX_PAGE_SIZE, PAGE_SIZE, PAGE_SIZE_PATTERN, SeckillVoucherIn, VoucherIn
 
 JSON = "application/json"
 REF = "#/components/schemas/{model}"
@@ -42,7 +42,11 @@ PageSize = Annotated[
     str | None,
     BeforeValidator(_joined),
     WithJsonSchema(
-        {"type": "string", "pattern": "^[0-9]+$", "description": f"1 to {MAX_PAGE_SIZE}; {PAGE_SIZE} if absent"}
+        {
+            "type": "string",
+            "pattern": PAGE_SIZE_PATTERN,
+            "description": f"1 to {MAX_PAGE_SIZE}; {PAGE_SIZE} if absent",
+        }
     ),
 ]
 IdQuery = Annotated[
@@ -82,7 +86,7 @@ class OrderStatus(_Doc):
     voucher_id: int
     user_id: int
     status: Literal["PENDING", "CONFIRMED", "FAILED"]
-    reason: Literal["DUPLICATE_ORDER", "SOLD_OUT", "NOT_QUEUED"] | None
+    reason: Literal["DUPLICATE_ORDER", "SOLD_OUT", "VOUCHER_NOT_FOUND", "NOT_QUEUED"] | None
     created_at: datetime | None
 
 

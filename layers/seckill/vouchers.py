@@ -6,17 +6,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 from pymysql.cursors import DictCursor
 from redis.exceptions import RedisError
 
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.errors import BadRequest, NotFound
-from seckill.infra.timeutil import from_db, iso, to_db, to_ms, to_utc
+from seckill.infra.timeutil import ISO_PATTERN, from_db, iso, parse_iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +30,42 @@ ON_SALE, WITHDRAWN = 1, 2  # tb_voucher.status
 # not ended) is complete enough for the gate to trust "not found" (keys.loaded()).
 LOADED_HORIZON = timedelta(days=1)
 PAGE_SIZE, MAX_PAGE_SIZE = 20, 100  # vouchers in a page of the list: by default, at most
+# The list's ``limit``: 1 to MAX_PAGE_SIZE in decimal digits (leading zeros allowed).
+PAGE_SIZE_PATTERN = "^0*(?:[1-9][0-9]?|100)$"
 Money = Annotated[int, Field(ge=0, le=10**12)]
+
+
+def _time(value: Any) -> datetime:
+    # Only ISO-8601 text (or a datetime built in Python, never in a JSON body): pydantic's
+    # own datetime reads "20301130" as seconds since 1970.
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_iso(value)
+        except ValueError:
+            pass
+    raise PydanticCustomError("iso_time", "must be an ISO-8601 date and time, as 2030-11-30T12:00:00+08:00")
+
+
 # JSON Schema's date-time needs an offset; these times may come without one.
 LocalTime = Annotated[
     datetime,
+    PlainValidator(_time),
     WithJsonSchema(
         {
             "type": "string",
-            "description": "ISO-8601; a time without an offset is read in SECKILL_TIMEZONE (UTC by default)",
-            "examples": ["2030-11-30T12:00:00+08:00", "2030-11-30T12:00:00"],
+            "pattern": ISO_PATTERN,
+            "description": "ISO-8601, to the minute at least; a time without an offset is read in SECKILL_TIMEZONE "
+            "(UTC by default)",
         }
     ),
 ]
+
+
+# Strict ints, not Literals: a Literal takes false, true and 0.0 (Python's 0 == False == 0.0).
+OrdinaryType = Annotated[int, WithJsonSchema({"type": "integer", "const": ORDINARY})]
+SeckillType = Annotated[int, WithJsonSchema({"type": "integer", "const": SECKILL})]
 
 
 class VoucherIn(BaseModel):
@@ -57,13 +82,14 @@ class VoucherIn(BaseModel):
     rules: Annotated[str | None, Field(max_length=1024)] = None
     pay_value: Money
     actual_value: Money
-    type: Literal[0, 1] = ORDINARY
+    type: OrdinaryType = ORDINARY
 
 
 class SeckillVoucherIn(VoucherIn):
-    """The body of ``POST /voucher/seckill``: a voucher plus stock and sale window."""
+    """The body of ``POST /voucher/seckill``: a voucher plus stock and sale window. The window's
+    end is after its begin and not yet passed, and both times fall within the years 1 to 9999 in UTC."""
 
-    type: Literal[0, 1] = SECKILL
+    type: SeckillType = SECKILL
     stock: Annotated[int, Field(gt=0, le=10_000_000)]
     begin_time: LocalTime
     end_time: LocalTime

@@ -26,7 +26,8 @@ EVENTS = ROOT / "events"
 DESCRIPTION = (
     "Seckill's HTTP API: a flash sale of vouchers. Every body is hm-dianping's `Result` "
     '(`{"success", "data", "errorMsg", "code"}`) except the answers API Gateway gives itself '
-    '(`{"message"}`). Order ids travel as strings. docs/contract.md is the contract in words.'
+    '(`{"message"}`). Order ids travel as strings. An integer is written as one (`1`, not `1.0` or `1e0`, '
+    "which JSON Schema's `integer` admits too). docs/contract.md is the contract in words."
 )
 
 

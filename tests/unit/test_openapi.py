@@ -11,8 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
+from seckill.ids import MAX_ID, parse_id
+from seckill.infra.errors import BadRequest
+from seckill.infra.timeutil import parse_iso
 from seckill.openapi import ADMIN, USER
 from seckill_local.openapi import DOCUMENT
 from seckill_local.template import ROOT, Template
@@ -97,3 +102,61 @@ def test_every_status_and_code_of_the_contract(spec: dict[str, Any]) -> None:
             codes = set(re.findall(r"`([A-Z_]+)`", part)) or {IMPLIED[status]}
             assert str(status) in responses, (method, path, status)
             assert codes <= codes_of(responses[str(status)]), (method, path, status)
+
+
+def patterns(spec: dict[str, Any]) -> dict[str, str]:
+    """The pattern of each path or query parameter and of each body's times, by name."""
+    found = {
+        parameter["name"]: parameter["schema"]["pattern"]
+        for ops in spec["paths"].values()
+        for op in ops.values()
+        for parameter in op.get("parameters", [])
+    }
+    properties = spec["components"]["schemas"]["SeckillVoucherIn"]["properties"]
+    return {**found, "beginTime": properties["beginTime"]["pattern"], "endTime": properties["endTime"]["pattern"]}
+
+
+def test_the_id_pattern_admits_exactly_the_ids_the_service_takes(spec: dict[str, Any]) -> None:
+    pattern = re.compile(patterns(spec)["voucherId"])
+    assert {patterns(spec)[name] for name in ("voucherId", "orderId", "shopId", "after")} == {pattern.pattern}
+    edges = [1, 9, 10, 10**18 - 1, 10**18, MAX_ID - 1, MAX_ID, MAX_ID + 1, 9223372036854775810, 10**19 - 1, 10**19]
+    for number in [*edges, *(int(str(MAX_ID)[:i] + "9" * (19 - i)) for i in range(19))]:
+        assert (pattern.fullmatch(str(number)) is not None) == (1 <= number <= MAX_ID), number
+        if number <= MAX_ID:
+            assert parse_id(str(number), "id") == number
+        else:
+            with pytest.raises(BadRequest):
+                parse_id(str(number), "id")
+
+
+def test_the_limit_pattern_admits_exactly_1_to_100(spec: dict[str, Any]) -> None:
+    pattern = re.compile(patterns(spec)["limit"])
+    for number in range(1000):
+        assert (pattern.fullmatch(str(number)) is not None) == (1 <= number <= 100), number
+    assert pattern.fullmatch("007")
+    assert not pattern.fullmatch("0")
+
+
+@settings(derandomize=True, max_examples=500, database=None)
+@given(data=st.data())
+def test_every_time_the_document_admits_parses(spec: dict[str, Any], data: st.DataObject) -> None:
+    text = data.draw(st.from_regex(patterns(spec)["beginTime"], fullmatch=True))
+    parse_iso(text)  # raises if the document admits a time the service refuses
+
+
+@pytest.mark.parametrize("text", ["2030-02-29T00:00", "2100-02-29T00:00", "0000-01-01T00:00", "2030-04-31T00:00"])
+def test_the_time_pattern_refuses_days_the_calendar_lacks(spec: dict[str, Any], text: str) -> None:
+    assert re.fullmatch(patterns(spec)["beginTime"], text) is None
+    assert re.fullmatch(patterns(spec)["beginTime"], "2000-02-29T00:00")  # a leap year of a 400
+
+
+def test_an_order_may_fail_for_every_reason_of_the_contract(spec: dict[str, Any]) -> None:
+    reasons = spec["components"]["schemas"]["OrderStatus"]["properties"]["reason"]["anyOf"][0]["enum"]
+    failed = set(re.findall(r"FAILED `([A-Z_]+)`", CONTRACT.read_text(encoding="utf-8")))
+    assert "VOUCHER_NOT_FOUND" in failed
+    assert set(reasons) == failed
+
+
+@pytest.mark.parametrize(("model", "kind"), [("VoucherIn", 0), ("SeckillVoucherIn", 1)])
+def test_each_voucher_route_documents_its_one_type(spec: dict[str, Any], model: str, kind: int) -> None:
+    assert spec["components"]["schemas"][model]["properties"]["type"]["const"] == kind

@@ -147,3 +147,55 @@ def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
     # Still open, if only just: accepted.
     open_ = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now + timedelta(minutes=1)).isoformat())
     assert isinstance(parse_voucher(open_, SeckillVoucherIn, UTC), SeckillVoucherIn)
+
+
+@pytest.mark.parametrize(
+    "begin",
+    [
+        pytest.param("20301130", id="digits-read-as-an-epoch"),
+        pytest.param("1", id="one-digit"),
+        pytest.param("1.5", id="decimal-text"),
+        pytest.param(20301130, id="a-number"),
+        pytest.param(True, id="a-boolean"),
+        pytest.param("2030-11-30", id="a-date-alone"),
+        pytest.param("2030-11-30 12:00:00", id="a-space-for-the-T"),
+        pytest.param("2030-11-30T12", id="an-hour-alone"),
+        pytest.param("2030-11-30T12:00:00+08", id="an-offset-without-minutes"),
+        pytest.param("2030-11-30T12:00:00\n", id="a-trailing-newline"),
+        pytest.param("2030-02-29T12:00:00", id="february-29-of-a-common-year"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_a_time_that_is_not_iso_8601_names_the_field(begin: object) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(beginTime=begin), SeckillVoucherIn, UTC)
+    assert caught.value.refusal.message.startswith("beginTime: must be an ISO-8601"), caught.value.refusal.message
+
+
+@pytest.mark.parametrize(
+    ("begin", "expected"),
+    [
+        ("2030-11-30T12:00", datetime(2030, 11, 30, 12, tzinfo=UTC)),
+        ("2030-11-30T12:00:00.250+08:00", datetime(2030, 11, 30, 4, 0, 0, 250_000, tzinfo=UTC)),
+        ("2032-02-29T00:00:00Z", datetime(2032, 2, 29, tzinfo=UTC)),
+    ],
+)
+def test_iso_8601_times_to_the_minute_or_finer(begin: str, expected: datetime) -> None:
+    voucher = parse_voucher(sample(beginTime=begin, endTime="2033-01-01T00:00:00Z"), SeckillVoucherIn, UTC)
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert voucher.begin_time == expected
+
+
+@pytest.mark.parametrize("value", [True, False, 0.0, 1.0, "1"], ids=repr)
+@pytest.mark.parametrize("model", [VoucherIn, SeckillVoucherIn], ids=lambda model: model.__name__)
+def test_type_is_a_json_integer_strictly(model: type[VoucherIn], value: object) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(type=value), model, UTC)
+    assert caught.value.refusal.message.startswith("type:"), caught.value.refusal.message
+
+
+@pytest.mark.parametrize("field", ["shopId", "payValue", "actualValue", "stock"])
+def test_a_whole_float_is_not_an_integer(field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(**{field: 1.0}), SeckillVoucherIn, UTC)
+    assert caught.value.refusal.message.startswith(f"{field}:"), caught.value.refusal.message
