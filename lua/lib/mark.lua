@@ -20,3 +20,10 @@ local function parse_mark(mark)
   return accepted, token, order_id, state == ':promised'
 end
 
+-- Gives the unit of the user's reservation back: the mark deleted, the user out of
+-- the buyers set, stock +1. The caller has checked that the mark is the one to release.
+local function give_back(stock_key, buyers_key, pending_key, user)
+  redis.call('HDEL', pending_key, user)
+  redis.call('SREM', buyers_key, user)
+  redis.call('INCR', stock_key)
+end
