@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +62,7 @@ def place_order(
         if isinstance(attached, Refusal):
             return attached
         order_id = attached
+        reservation = replace(reservation, order_id=order_id)  # so a failed release logs it
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
     if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, redis, message, status_ttl)

@@ -260,6 +260,28 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
     assert not redis.sismember(keys.buyers(voucher_id), buyer)
 
 
+def test_a_release_that_fails_after_the_order_id_was_attached_logs_that_order_id(
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    refused_send_then_redis_gone: OrderQueue,
+    make_voucher: Callable[..., int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the log named the reservation with order_id=None."""
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    with pytest.raises(SeckillError):
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+    redis_proxy.come_back()
+    stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert stranded is not None
+    assert stranded.order_id is not None
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("could not release reservation")]
+    assert f"order_id={stranded.order_id})" in record.getMessage()
+
+
 # --- 3. The gate ran but its reply was lost ----------------------------------------------------
 
 
