@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ import redis as redis_lib
 from seckill.infra import keys
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts, lua_dir
-from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
+from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation, Unsent
 from tests.helpers import new_user
 
 HOUR_MS = 3_600_000
@@ -273,6 +274,54 @@ def test_a_new_press_resumes_an_order_id_nobody_was_answered_for(gate: Gate, v: 
     assert v.stock(voucher_id) == 4
     assert v.buyers(voucher_id) == {user_id}
     assert v.pending(voucher_id) == {str(user_id): f"{resumed.accepted_ms}:retry:4242"}
+
+
+def close(v: Vouchers, voucher_id: int) -> None:
+    """The window's end passes, by the server's clock (a stop closes it to 0/0 alike)."""
+    v.redis.hset(keys.window(voucher_id), "end", server_ms(v.redis) - 1)
+
+
+def test_after_the_close_a_reservation_without_order_id_is_released_not_taken_over(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    gate.reserve(voucher_id, user_id, "lost-request")
+    close(v, voucher_id)
+    assert refused(gate, voucher_id, user_id).code == "ENDED"
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (5, set(), {})
+
+
+def test_after_the_close_an_unpromised_order_id_is_handed_to_the_caller_not_resumed(gate: Gate, v: Vouchers) -> None:
+    """The script cannot fail the order in MySQL: it names the earlier request's
+    reservation, and writes nothing (the caller fails the order, then releases it)."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, "died-after-attach")
+    assert gate.attach(first, 4242) == ATTACHED
+    close(v, voucher_id)
+    held = v.pending(voucher_id)
+    assert gate.reserve(voucher_id, user_id, "retry") == Unsent(replace(first, order_id=4242))
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (4, {user_id}, held)
+
+
+def test_after_the_close_a_promised_order_is_ended_and_left_alone(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    win(gate, voucher_id, user_id)
+    held = v.pending(voucher_id)
+    close(v, voucher_id)
+    assert refused(gate, voucher_id, user_id).code == "ENDED"
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (4, {user_id}, held)
+
+
+def test_after_the_close_a_retried_gate_call_still_gets_its_own_reservation_back(gate: Gate, v: Vouchers) -> None:
+    """redis-py retried the call whose first run reserved inside the window: that
+    request is accepted, like any request still running at the close."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, "request-1")
+    close(v, voucher_id)
+    assert gate.reserve(voucher_id, user_id, "request-1") == first
+    assert v.stock(voucher_id) == 4
 
 
 def test_promise_marks_the_order_whichever_request_holds_it(gate: Gate, v: Vouchers) -> None:
