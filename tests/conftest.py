@@ -4,6 +4,7 @@ so leftovers of other runs never collide) and cleans up its keys."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -26,7 +27,7 @@ from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
-from tests.helpers import drain, on_sale
+from tests.helpers import RESULT_KEYS, Handler, body, drain, on_sale, seckill_event
 from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
@@ -209,3 +210,45 @@ def arena(
     made = Arena(db, creds, redis, gate, make_voucher)
     yield made
     made.clean()
+
+
+@pytest.fixture
+def call(handlers: dict[str, Handler], context: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Invoke SeckillApiFunction; every answer must be a ``Result`` and never a stack trace."""
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        response = handlers["SeckillApiFunction"](json.loads(json.dumps(event)), context)
+        assert "Traceback" not in response["body"], response
+        result = body(response)
+        assert set(result) == RESULT_KEYS, result
+        assert result["success"] is (response["statusCode"] < 400), response
+        if not result["success"]:
+            assert result["data"] is None
+            assert isinstance(result["errorMsg"], str)
+            assert result["errorMsg"]
+            assert isinstance(result["code"], str)
+        return response
+
+    return invoke
+
+
+@pytest.fixture
+def orders_made(redis: Any) -> Iterator[list[int]]:
+    """Order ids the test got a 202 for; their status hints are removed afterwards."""
+    made: list[int] = []
+    yield made
+    for order_id in made:
+        redis.delete(keys.order_status(order_id))
+
+
+@pytest.fixture
+def buy(
+    call: Callable[[dict[str, Any]], dict[str, Any]], orders_made: list[int]
+) -> Callable[[int, int], dict[str, Any]]:
+    def place(voucher_id: int, user_id: int) -> dict[str, Any]:
+        response = call(seckill_event(voucher_id, user_id))
+        if response["statusCode"] == 202:
+            orders_made.append(int(body(response)["data"]))
+        return response
+
+    return place

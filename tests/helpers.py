@@ -10,17 +10,21 @@ import subprocess
 import sys
 import urllib.parse
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as AwsCredentials
 
 from seckill import keys
 from seckill.config import Settings
-from seckill.db import Database
+from seckill.db import Credentials, Database
 from seckill.gate import ATTACHED, Gate, Reservation
 from seckill.ids import next_order_id
 from seckill.messages import OrderMessage, OrderQueue
@@ -30,6 +34,7 @@ from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 from seckill.vouchers import SeckillVoucherIn
 from seckill_demo.stack import free_port
+from seckill_local.feeder import sqs_event
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT
 
@@ -170,3 +175,97 @@ def signed(
     request = AWSRequest(method=method, url=url, data=data, headers=headers or {})
     SigV4Auth(AwsCredentials(key, secret), service, "us-east-1").add_auth(request)
     return {**dict(request.headers), "host": urllib.parse.urlsplit(url).netloc}
+
+
+# --- SeckillApiFunction's events and answers (the tests/integration/test_api_*.py files) ---
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+RESULT_KEYS = {"success", "data", "errorMsg", "code"}
+
+
+def module_of(handler: Callable[..., Any]) -> ModuleType:
+    """The handler's own module (``load_handler`` imports it under a unique name)."""
+    return sys.modules[handler.__module__]
+
+
+def with_path(event: dict[str, Any], path: str, **params: str) -> dict[str, Any]:
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    if params:
+        event["pathParameters"] = params
+    return event
+
+
+def as_user(event: dict[str, Any], user_id: int | None) -> dict[str, Any]:
+    """The authorizer's context, as API Gateway hands it over (or none at all)."""
+    if user_id is None:
+        event["requestContext"].pop("authorizer", None)
+    else:
+        event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
+    return event
+
+
+def seckill_event(voucher_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_seckill.json")
+    return as_user(
+        with_path(event, f"/voucher-order/seckill/{voucher_id}", voucherId=str(voucher_id)),
+        user_id,
+    )
+
+
+def status_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_order_status.json")
+    return as_user(with_path(event, f"/voucher-order/{order_id}", orderId=str(order_id)), user_id)
+
+
+def list_event(shop_id: int | str) -> dict[str, Any]:
+    return with_path(load_event("seckill_api_list_vouchers.json"), f"/voucher/list/{shop_id}", shopId=str(shop_id))
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def seckill_voucher_body(shop_id: int, **changes: Any) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    data: dict[str, Any] = json.loads(load_event("seckill_api_add_seckill_voucher.json")["body"])
+    data.update(
+        shopId=shop_id,
+        beginTime=iso(now - timedelta(minutes=1)),
+        endTime=iso(now + timedelta(hours=1)),
+        stock=3,
+    )
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def admin_event(name: str, payload: Any) -> dict[str, Any]:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return load_event(name, body=text)
+
+
+def expect_refusal(response: dict[str, Any], status: int, code: str) -> None:
+    assert response["statusCode"] == status, response
+    assert body(response)["code"] == code, response
+
+
+def persist(handlers: dict[str, Handler], context: Any, sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    """Take what is on the queue and hand it to the persister, as the event source mapping would."""
+    messages = drain(sqs, queue_url)
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    response = handlers["OrderPersisterFunction"](sqs_event(messages, arn), context)
+    assert response == {"batchItemFailures": []}
+    return messages
+
+
+def stop_mysql(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The API's database on a port nothing listens on (DB_PORT of a closed port); returns the port."""
+    port = closed_port()
+    module = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(module, "db", Database(replace(creds, port=port)))
+    return port
+
+
+def expect_try_again(response: dict[str, Any], *hidden: str) -> None:
+    expect_refusal(response, 503, "TRY_AGAIN")
+    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", *hidden):
+        assert leak not in response["body"]
