@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -41,6 +42,8 @@ from seckill_local.template import ROOT
 EVENTS = ROOT / "events"
 HINT_TTL = 3600
 
+T = TypeVar("T")
+
 
 def new_user() -> int:
     """A user id no other test (or earlier run) is likely to hold."""
@@ -50,6 +53,32 @@ def new_user() -> int:
 def closed_port() -> int:
     """A local port nothing listens on: for an unreachable Redis, MySQL or endpoint."""
     return free_port()
+
+
+def wait_for(
+    probe: Callable[[], T],
+    what: str,
+    *,
+    until: Callable[[T], bool] = bool,
+    timeout: float = 10,
+    interval: float = 0.05,
+    ignoring: tuple[type[Exception], ...] = (),
+) -> T:
+    """Call ``probe`` every ``interval`` seconds until ``until`` accepts its value, and return
+    that value. Past ``timeout`` seconds the test fails, naming ``what`` it awaited and the last
+    value (or ``ignoring`` exception) seen. Any other exception of ``probe`` ends the wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            last: T | Exception = probe()
+        except ignoring as error:
+            last = error
+        else:
+            if until(last):
+                return last
+        if time.monotonic() >= deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}")
+        time.sleep(interval)
 
 
 def drain(sqs: Any, url: str) -> list[dict[str, Any]]:

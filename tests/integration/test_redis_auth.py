@@ -10,7 +10,6 @@ from __future__ import annotations
 import secrets
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from redis.exceptions import AuthenticationError, RedisError
 from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill_demo.stack import free_port
+from tests.helpers import wait_for
 
 TOKEN = secrets.token_urlsafe(48)
 
@@ -37,15 +37,7 @@ def protected_url() -> Iterator[str]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
     try:
         probe = Redis(port=port, password=TOKEN, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                probe.ping()
-                break
-            except RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for(probe.ping, f"the protected Redis on port {port}", timeout=20, interval=0.1, ignoring=(RedisError,))
         probe.close()
         yield f"redis://127.0.0.1:{port}/0"
     finally:

@@ -8,7 +8,6 @@ import importlib.util
 import logging
 import secrets
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,7 +22,7 @@ from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
-from tests.helpers import body, closed_port, load_event, new_user
+from tests.helpers import body, closed_port, load_event, new_user, wait_for
 
 Hooks = tuple[list[Any], list[Any]]
 
@@ -76,16 +75,6 @@ class Opened:
         return bool(self.db.run(find, read_only=True))
 
 
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Whether ``condition`` holds within ``timeout`` (a server notices a closed connection soon, not at once)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 @pytest.fixture
 def opened(settings: Settings, creds: Credentials, redis: Any, db: Database) -> Opened:
     return Opened(settings, creds, redis, db)
@@ -126,8 +115,9 @@ def test_snapstart_closes_before_the_snapshot_and_reconnects_after_restore(
     assert opened.made == ["sqs"]  # made once, kept in the snapshot
 
     snapshot(hooks)
-    assert until(lambda: opened.redis_ids() == set())
-    assert until(lambda: not opened.mysql_alive(mysql_before))
+    # A server notices a closed connection soon, not at once.
+    wait_for(opened.redis_ids, "Redis to drop the connection", until=lambda ids: ids == set(), interval=0.02)
+    wait_for(lambda: opened.mysql_alive(mysql_before), "MySQL to drop the connection", until=lambda alive: not alive)
 
     restore(hooks)
     (redis_after,) = opened.redis_ids()
