@@ -11,10 +11,12 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from moto.server import ThreadedMotoServer
+from redis import Redis
 
 from seckill import keys, vouchers
 from seckill.clients import redis_client
@@ -27,11 +29,13 @@ from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
+from tests.claims import claimed_database
 from tests.helpers import RESULT_KEYS, Handler, body, drain, on_sale, seckill_event
 from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
 DB_NAME = f"seckill_test_{RUN_ID}"
+UNIT_TESTS = Path(__file__).parent / "unit"
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -39,9 +43,8 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 os.environ.update(LOCAL_AWS)
 os.environ.update(
     {
-        # A database of the run's own (1-15): the global keys (seckill:loaded, the rebuild
-        # lock, the id counter) are not shared with another suite running beside it.
-        "REDIS_URL": os.environ.get("TEST_REDIS_URL", f"redis://127.0.0.1:6379/{secrets.randbelow(15) + 1}"),
+        # Until the run claims a database of its own (redis_database): nothing reaches Redis before.
+        "REDIS_URL": os.environ.get("TEST_REDIS_URL", "redis://unclaimed.invalid:6379/0"),
         "DB_HOST": os.environ.get("TEST_DB_HOST", "127.0.0.1"),
         "DB_PORT": os.environ.get("TEST_DB_PORT", "3306"),
         "DB_USER": os.environ.get("TEST_DB_USER", "root"),
@@ -56,8 +59,22 @@ os.environ.update(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def redis_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """REDIS_URL: TEST_REDIS_URL if given, else a database of the local Redis claimed for this
+    run alone (tests/claims.py). Unit tests reach no service: a run of them alone claims none."""
+    if "TEST_REDIS_URL" in os.environ or all(UNIT_TESTS in item.path.parents for item in request.session.items):
+        yield os.environ["REDIS_URL"]
+        return
+    client = Redis(host="127.0.0.1", port=6379, decode_responses=True)
+    with claimed_database(client, f"pid {os.getpid()} run {RUN_ID}") as database:
+        os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{database}"
+        yield os.environ["REDIS_URL"]
+    client.close()
+
+
 @pytest.fixture(scope="session")
-def settings() -> Settings:
+def settings(redis_database: str) -> Settings:
     return Settings.from_env()
 
 
