@@ -3,15 +3,17 @@ and steps of the service (accept, reconcile, recover) short of the handlers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +24,8 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as AwsCredentials
+from redis import Redis
+from redis.exceptions import RedisError
 
 from seckill import keys
 from seckill.config import Settings
@@ -79,6 +83,23 @@ def wait_for(
         if time.monotonic() >= deadline:
             pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def redis_server(*options: str, password: str | None = None) -> Iterator[str]:
+    """A redis-server of the caller's own on a free port, without persistence; its URL."""
+    assert shutil.which("redis-server"), "Redis must be installed"
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    try:
+        probe = Redis(port=port, password=password, socket_connect_timeout=0.5)
+        wait_for(probe.ping, f"redis-server on port {port}", timeout=20, interval=0.1, ignoring=(RedisError,))
+        probe.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait()
 
 
 def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
