@@ -31,7 +31,7 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.timeutil import from_ms
 from seckill_local.feeder import sqs_event
 from seckill_ops import dlq_replay
-from tests.helpers import DLQ_REPLAY, closed_port, db_rows, run_dlq_replay, wait_for
+from tests.helpers import DLQ_REPLAY, closed_port, db_rows, module_of, run_dlq_replay, wait_for
 
 ATTRIBUTES = {
     "trace": {"DataType": "String", "StringValue": "replay-test"},
@@ -158,7 +158,7 @@ def test_a_message_redriven_to_the_dlq_is_replayed_and_confirmed_exactly_once(
 
     # The database is unreachable: every delivery fails, and after maxReceiveCount
     # receives the queue's own redrive moves the message to the DLQ.
-    module = sys.modules[persister.__module__]
+    module = module_of(persister)
     with monkeypatch.context() as patch:
         patch.setattr(module, "db", Database(Credentials("127.0.0.1", closed_port(), "x", "x", creds.database)))
         for _ in range(max_receives):

@@ -22,7 +22,7 @@ from seckill.config import Settings
 from seckill.db import Credentials, Database
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
-from tests.helpers import body, closed_port, load_event, new_user, wait_for
+from tests.helpers import body, closed_port, new_user, seckill_event, wait_for
 
 Hooks = tuple[list[Any], list[Any]]
 
@@ -175,10 +175,6 @@ def test_the_api_function_under_snapstart_answers_after_a_restore(
     voucher_id = make_voucher(stock=1)
     answers = []
     for _ in range(2):
-        event = load_event("seckill_api_seckill.json")
-        event["pathParameters"] = {"voucherId": str(voucher_id)}
-        event["rawPath"] = event["requestContext"]["http"]["path"] = f"/voucher-order/seckill/{voucher_id}"
-        event["requestContext"]["authorizer"] = {"lambda": {"userId": str(new_user())}}
-        response = module.lambda_handler(event, LocalContext("SeckillApiFunction", 10))
+        response = module.lambda_handler(seckill_event(voucher_id, new_user()), LocalContext("SeckillApiFunction", 10))
         answers.append((response["statusCode"], body(response)["code"]))
     assert answers == [(202, None), (409, "SOLD_OUT")]
