@@ -73,13 +73,15 @@ def wait_for(
     value (or ``ignoring`` exception) seen. Any other exception of ``probe`` ends the wait."""
     deadline = time.monotonic() + timeout
     while True:
+        last: object
         try:
-            last: T | Exception = probe()
+            value = probe()
         except ignoring as error:
             last = error
         else:
-            if until(last):
-                return last
+            if until(value):
+                return value
+            last = value
         if time.monotonic() >= deadline:
             pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}")
         time.sleep(interval)

@@ -7,6 +7,7 @@ and redis-cli, as installed with Redis) and removed at the end.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import shutil
@@ -52,7 +53,7 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # noqa: S603
     try:
         for port in ports:
-            wait_for(lambda port=port: ping(port), f"the Redis node on port {port}", timeout=20, interval=0.1)
+            wait_for(functools.partial(ping, port), f"the Redis node on port {port}", timeout=20, interval=0.1)
         create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports), "--cluster-yes"]
         subprocess.run(create, check=True, capture_output=True, timeout=60)  # noqa: S603
         wait_for(

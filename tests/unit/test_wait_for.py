@@ -20,10 +20,10 @@ def test_fails_naming_what_it_awaited_and_the_last_value_seen() -> None:
 
 
 def test_an_ignored_exception_is_retried_and_reported_if_it_lasts() -> None:
-    calls = iter([ConnectionError("not yet"), "up"])
+    calls: list[str | Exception] = [ConnectionError("not yet"), "up"]
 
     def probe() -> str:
-        value = next(calls)
+        value = calls.pop(0)
         if isinstance(value, Exception):
             raise value
         return value
