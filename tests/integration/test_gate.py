@@ -20,10 +20,12 @@ import pytest
 import redis as redis_lib
 
 from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts, lua_dir
 from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation, Unsent
-from tests.helpers import new_user
+from tests.helpers import new_user, redis_server
 
 HOUR_MS = 3_600_000
 
@@ -667,23 +669,29 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
 # --- scripts survive SCRIPT FLUSH ------------------------------------------------------------
 
 
-def test_scripts_are_reloaded_after_script_flush(gate: Gate, v: Vouchers, redis: Any, scripts: Scripts) -> None:
-    voucher_id = v.make(stock=2)
-    redis.script_flush()
-    assert redis.script_exists(scripts.gate.sha) == [False]
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    assert redis.script_exists(scripts.gate.sha) == [True]
+def test_scripts_are_reloaded_after_script_flush() -> None:
+    """On a Redis server of its own: SCRIPT FLUSH empties the scripts of the whole server,
+    and another suite or worker sharing it would load them back in between."""
+    with redis_server() as url:
+        redis = redis_client(Settings.from_env({"REDIS_URL": url}))
+        scripts = Scripts.register(redis)
+        gate, v = Gate(redis, scripts, refusal_cache_seconds=0), Vouchers(redis)
+        voucher_id = v.make(stock=2)
+        redis.script_flush()
+        assert redis.script_exists(scripts.gate.sha) == [False]
+        reservation = gate.reserve(voucher_id, new_user(), token())
+        assert redis.script_exists(scripts.gate.sha) == [True]
 
-    redis.script_flush()
-    assert gate.attach(reservation, 777) == ATTACHED
-    redis.script_flush()
-    assert gate.promise(voucher_id, reservation.user_id, 777) is True
+        redis.script_flush()
+        assert gate.attach(reservation, 777) == ATTACHED
+        redis.script_flush()
+        assert gate.promise(voucher_id, reservation.user_id, 777) is True
 
-    redis.script_flush()
-    assert gate.settle(voucher_id, reservation.user_id, 777) is True
-    redis.script_flush()
-    assert gate.release(reservation) is False
-    assert v.stock(voucher_id) == 1
+        redis.script_flush()
+        assert gate.settle(voucher_id, reservation.user_id, 777) is True
+        redis.script_flush()
+        assert gate.release(reservation) is False
+        assert v.stock(voucher_id) == 1
 
 
 # --- one mark format, one parser per language -----------------------------------------------
