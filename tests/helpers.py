@@ -29,9 +29,9 @@ from seckill.recovery import Recovery, recover_if_lost
 from seckill.scripts import Scripts
 from seckill.timeutil import from_ms
 from seckill.vouchers import SeckillVoucherIn
-from seckill_demo.stack import free_port
+from seckill_local.checkout import ROOT
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS
-from seckill_local.template import ROOT
 
 EVENTS = ROOT / "events"
 HINT_TTL = 3600

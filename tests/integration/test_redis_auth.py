@@ -22,7 +22,7 @@ from redis.exceptions import AuthenticationError, RedisError
 
 from seckill.clients import redis_client
 from seckill.config import Settings
-from seckill_demo.stack import free_port
+from seckill_local.ports import free_port
 
 TOKEN = secrets.token_urlsafe(48)
 

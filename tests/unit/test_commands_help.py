@@ -17,17 +17,17 @@ COMMANDS = {
     "seckill-reconcile": "seckill.reconcile:main",
     "seckill-recovery": "seckill.recovery:main",
     "seckill-migrate": "seckill.migrate:main",
-    "seckill-tokens": "seckill_local.tokens:main",
+    "seckill-tokens": "seckill_local.tokens_command:main",
     "seckill-local": "seckill_local.runner:main",
     "seckill-flash-sale": "seckill_demo.flash_sale:main",
-    "seckill-openapi": "seckill_local.openapi:main",
+    "seckill-openapi": "seckill_local.openapi_command:main",
 }
 
 
 def test_seckill_tokens_says_when_redis_is_unreachable(tmp_path: Path) -> None:
     done = run_python(
         "-m",
-        "seckill_local.tokens",
+        "seckill_local.tokens_command",
         "--count",
         "1",
         "--out",
@@ -45,10 +45,10 @@ def test_every_command_has_help() -> None:
         "seckill.reconcile",
         "seckill.recovery",
         "seckill_ops.dlq_replay",
-        "seckill_local.tokens",
+        "seckill_local.tokens_command",
         "seckill_local.runner",
         "seckill_demo.flash_sale",
-        "seckill_local.openapi",
+        "seckill_local.openapi_command",
     ):
         done = run_python("-m", module, "--help")
         assert done.returncode == 0, module

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from seckill_local.template import ROOT, Function, Template
+from seckill_local.checkout import ROOT
+from seckill_local.template import Function, Template
 
 EVENTS = ROOT / "events"
 CODE_DIRS = (ROOT / "layers" / "seckill", ROOT / "functions")

@@ -22,8 +22,9 @@ from seckill.clients import redis_client
 from seckill.config import Settings
 from seckill.db import Credentials, Database, connect
 from seckill.migrate import migrate
-from seckill_demo.stack import free_port, preflight
+from seckill_demo.stack import preflight
 from seckill_local.lambdas import function_environment, local_parameters
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 
