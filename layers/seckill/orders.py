@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, keys
+from seckill.clients import RedisClient
 from seckill.db import Database, is_connection_error
 from seckill.errors import NotFound, TryAgain
 from seckill.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Refusal, Reservation
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def place_order(
-    gate: Gate, redis: Any, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
+    gate: Gate, redis: RedisClient, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
 ) -> int | Refusal:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
@@ -49,7 +50,7 @@ def place_order(
         return _not_in_redis(gate, db, voucher_id) if reservation is REFUSALS[NOT_FOUND] else reservation
     # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
-    if resumed:
+    if reservation.order_id is not None:
         order_id = reservation.order_id
     else:
         attached = _attach_new_id(gate, redis, reservation)
@@ -65,7 +66,7 @@ def place_order(
     raise TryAgain("the order could not be queued, please try again")
 
 
-def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int | Refusal:
+def _attach_new_id(gate: Gate, redis: RedisClient, reservation: Reservation) -> int | Refusal:
     try:
         order_id = next_order_id(redis)
         attached = gate.attach(reservation, order_id)
@@ -80,7 +81,7 @@ def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int | Re
     return order_id
 
 
-def _promise(gate: Gate, redis: Any, m: OrderMessage, status_ttl: int) -> None:
+def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -> None:
     """Tell reconciliation the client holds a 202, and write the PENDING status hint
     the client's polls read, in one pipelined round trip. Neither can undo the 202: if
     Redis cannot be told and the message never arrived, reconciliation fails the
@@ -131,7 +132,7 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
     raise TryAgain("the sale is being restored, please try again")
 
 
-def _cache_complete(redis: Any) -> bool:
+def _cache_complete(redis: RedisClient) -> bool:
     """False when Redis lost its data (or cannot say): a hint may have been lost with it."""
     try:
         return bool(redis.exists(keys.loaded()))
@@ -139,7 +140,7 @@ def _cache_complete(redis: Any) -> bool:
         return False
 
 
-def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
+def order_status(db: Database, redis: RedisClient, order_id: int, user_id: int) -> dict[str, Any]:
     """A final status (CONFIRMED/FAILED) comes from the hint the persister wrote after
     MySQL committed it, or from MySQL itself; PENDING only from the hint, when MySQL
     has not decided yet or cannot be asked.
@@ -166,7 +167,7 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
             (order_id, user_id),
         )
         row = cursor.fetchone()
-        return row, FAILED, row and row["reason"]
+        return row, FAILED, row["reason"] if row else None
 
     try:
         row, status, reason = db.run(lookup, read_only=True)

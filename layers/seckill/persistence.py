@@ -19,6 +19,7 @@ from pymysql.cursors import DictCursor
 from redis.exceptions import NoScriptError
 
 from seckill import hints, keys
+from seckill.clients import RedisClient
 from seckill.db import Database, is_connection_error
 from seckill.hints import CONFIRMED, FAILED
 from seckill.messages import OrderMessage
@@ -49,7 +50,9 @@ class OrderIdConflict(RuntimeError):
 Outcome = Decision | Exception
 
 
-def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequence[OrderMessage]) -> list[Outcome]:
+def persist_orders(
+    db: Database, redis: RedisClient, scripts: Scripts, messages: Sequence[OrderMessage]
+) -> list[Outcome]:
     """Decide the orders in the database, then clear their pending marks and make their
     status hints final in Redis (one pipelined round trip). One outcome per message."""
     outcomes = decide_orders(db, messages)
@@ -57,7 +60,7 @@ def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequenc
     return outcomes
 
 
-def persist_order(db: Database, redis: Any, scripts: Scripts, message: OrderMessage) -> Decision:
+def persist_order(db: Database, redis: RedisClient, scripts: Scripts, message: OrderMessage) -> Decision:
     """One order, as a batch of one; raises what left it undecided."""
     (outcome,) = persist_orders(db, redis, scripts, [message])
     if isinstance(outcome, Exception):
@@ -216,7 +219,7 @@ def _write(cursor: DictCursor, decided: _Decided) -> None:
         )
 
 
-def _write_back(redis: Any, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
+def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
     """Clear the decided orders' pending marks (one script call per voucher) and make
     their status hints final, in one pipeline. The database already holds the truth:
     if Redis fails, reconciliation clears stale marks, and the status route asks MySQL

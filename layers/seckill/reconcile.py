@@ -31,13 +31,14 @@ from typing import Any
 from pymysql.cursors import DictCursor
 
 from seckill import keys
-from seckill.clients import redis_client, sqs_client
+from seckill.clients import RedisClient, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.gate import Gate, Mark, Reservation
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth
 from seckill.persistence import fail_unqueued
 from seckill.recovery import (
+    Mode,
     Restored,
     restore,
     voucher_ids_on_sale,
@@ -115,7 +116,7 @@ def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
 
 def resolve_pending(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     gate: Gate,
     queue: OrderQueue,
     voucher_id: int,
@@ -155,7 +156,7 @@ def resolve_pending(
 
 def reconcile(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     queue: OrderQueue,
     *,
@@ -184,7 +185,7 @@ def reconcile(
             result.missing = True
             continue
         resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
-        mode = "repair" if drained and repair else "check"
+        mode: Mode = "repair" if drained and repair else "check"
         result.drift = restore(db, redis, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     return Reconciled(drained, results)

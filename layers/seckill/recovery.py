@@ -34,7 +34,7 @@ from pymysql.cursors import DictCursor
 from redis.exceptions import LockError
 
 from seckill import hints, keys
-from seckill.clients import redis_client, sqs_client
+from seckill.clients import RedisClient, redis_client, sqs_client
 from seckill.config import Settings
 from seckill.db import Database
 from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
@@ -79,7 +79,7 @@ def voucher_ids_on_sale(db: Database) -> list[int]:
 
 def restore(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     voucher_id: int,
     mode: Mode,
@@ -146,7 +146,9 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
             " COALESCE((SELECT MAX(order_id & %s) FROM tb_voucher_order_rejection WHERE order_id >= %s), 0)) AS seq",
             (SEQUENCE_MASK, first_id, SEQUENCE_MASK, first_id),
         )
-        return int(cursor.fetchone()["seq"])
+        row = cursor.fetchone()
+        assert row is not None  # an aggregate answers one row
+        return int(row["seq"])
 
     floor = db.run(read, read_only=True)
     return int(scripts.counter_floor(keys=[keys.order_counter(now)], args=[floor]))
@@ -154,7 +156,7 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
 
 def rebuild_voucher(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     voucher_id: int,
     mode: Mode,
@@ -173,7 +175,7 @@ def rebuild_voucher(
 
 def rebuild(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     *,
     dead_letters: Sequence[OrderMessage],
@@ -195,7 +197,7 @@ REBUILD_LOCK_SECONDS = 120
 
 
 @contextmanager
-def rebuilding(redis: Any, *, wait: float) -> Iterator[bool]:
+def rebuilding(redis: RedisClient, *, wait: float) -> Iterator[bool]:
     """One rebuild at a time: reading the dead-letter queue hides its messages from
     every other reader for a few seconds, so two rebuilds at once would each see
     part of it and both defer. Yields whether this one may go ahead."""
@@ -230,7 +232,7 @@ class Recovery:
     blocked: str = ""  # why nothing was rebuilt
 
 
-def some_voucher_missing(db: Database, redis: Any, scripts: Scripts) -> bool:
+def some_voucher_missing(db: Database, redis: RedisClient, scripts: Scripts) -> bool:
     """The state of some voucher on sale is missing (evicted, or a preload whose
     creation never committed) while Redis kept the rest."""
     states = (restore(db, redis, scripts, v, "check") for v in voucher_ids_on_sale(db))
@@ -239,7 +241,7 @@ def some_voucher_missing(db: Database, redis: Any, scripts: Scripts) -> bool:
 
 def recover_if_lost(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     sqs: Any,
     settings: Settings,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, tzinfo
+from typing import overload
 
 
 def to_utc(moment: datetime, default_zone: tzinfo) -> datetime:
@@ -12,6 +13,10 @@ def to_utc(moment: datetime, default_zone: tzinfo) -> datetime:
     return moment.astimezone(UTC)
 
 
+@overload
+def from_db(moment: datetime) -> datetime: ...
+@overload
+def from_db(moment: None) -> None: ...
 def from_db(moment: datetime | None) -> datetime | None:
     """The database stores naive UTC."""
     return None if moment is None else moment.replace(tzinfo=UTC)

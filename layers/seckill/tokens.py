@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any
 
 from seckill import keys
+from seckill.clients import RedisClient
 from seckill.ids import MAX_ID
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
@@ -23,7 +23,7 @@ def token_from_header(header: str | None) -> str | None:
     return token if _TOKEN.fullmatch(token) else None
 
 
-def user_for_token(redis: Any, token: str) -> int | None:
+def user_for_token(redis: RedisClient, token: str) -> int | None:
     user_id = redis.hget(keys.login_token(token), "id")
     text = "" if user_id is None else str(user_id)
     # ASCII digits only: str.isdigit() also passes '²' (int() raises) and other scripts' digits.
@@ -32,14 +32,14 @@ def user_for_token(redis: Any, token: str) -> int | None:
     return int(text)
 
 
-def mint_tokens(redis: Any, user_ids: Iterable[int], ttl_seconds: int) -> dict[int, str]:
+def mint_tokens(redis: RedisClient, user_ids: Iterable[int], ttl_seconds: int) -> dict[int, str]:
     """A fresh token per user."""
     tokens = {user_id: uuid.uuid4().hex for user_id in user_ids}
     store_tokens(redis, tokens, ttl_seconds)
     return tokens
 
 
-def store_tokens(redis: Any, tokens: dict[int, str], ttl_seconds: int) -> None:
+def store_tokens(redis: RedisClient, tokens: dict[int, str], ttl_seconds: int) -> None:
     """Write login hashes in pipelined batches (also how sessions come back after Redis lost them)."""
     with redis.pipeline(transaction=False) as pipe:
         for user_id, token in tokens.items():

@@ -547,7 +547,10 @@ def run_portable(
         summary.remaining = queue_info(sqs, dlq.url).depth
     except ConfigError:
         summary.remaining = None
-    rows = [("moved", summary.moved), ("failed to send (still in the DLQ)", summary.failed)]
+    rows: list[tuple[str, int | str]] = [
+        ("moved", summary.moved),
+        ("failed to send (still in the DLQ)", summary.failed),
+    ]
     if summary.not_deleted:
         rows.append(("sent but not deleted (delivered twice)", summary.not_deleted))
     rows.append(("remaining in the DLQ (approx.)", "?" if summary.remaining is None else summary.remaining))
