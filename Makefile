@@ -69,10 +69,8 @@ lint: setup ## ruff's checks and format, changing nothing
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The handlers are six modules all named app: one run each, on mypy's shared cache.
-types: setup ## mypy over the layer, the operator commands and each function's handler
+types: setup ## mypy --strict over the layer, the operator commands and the handlers ([tool.mypy])
 	$(BIN)/mypy
-	for app in functions/*/app.py; do $(BIN)/mypy $$app || exit 1; done
 
 check: lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM, no benchmarks)
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
@@ -108,4 +106,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) $(FAUXQS)/node_modules .pytest_cache .ruff_cache .aws-sam .hypothesis
+	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) $(FAUXQS)/node_modules .pytest_cache .ruff_cache .mypy_cache .aws-sam .hypothesis
