@@ -14,18 +14,20 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint format services clean sam-setup validate build openapi bench bench-setup sam-local
+.PHONY: help setup demo check test test-unit lint types format services clean sam-setup validate build openapi bench bench-setup sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
+# Every distribution but the benchmarks', editable, and the dev tools (requirements-dev.txt).
+DISTRIBUTIONS := pyproject.toml ops/pyproject.toml local/pyproject.toml demo/pyproject.toml
+$(VENV)/.installed: $(DISTRIBUTIONS) requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-setup: $(VENV)/.installed ## create .venv and install the project with its dev tools
+setup: $(VENV)/.installed ## create .venv: the product, its tools (editable) and the dev tools
 
 $(SAM_VENV)/.installed: requirements-sam.txt
 	$(PYTHON) -m venv $(SAM_VENV)
@@ -60,21 +62,38 @@ demo: setup services ## a whole flash sale on this machine, with a report (ARGS=
 # Unit tests run with every service out of reach: they must need none.
 CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 DB_PORT=1 TEST_DB_PORT=1
 
-test-unit: setup sam-setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
+test-unit: setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 
-test: bench-setup services validate build ## validate and build the SAM app, lint, then unit, integration and e2e tests
+lint: setup ## ruff's checks and format, changing nothing
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+types: setup ## mypy --strict over the layer, the operator commands and the handlers ([tool.mypy])
+	$(BIN)/mypy
+
+# The integration tests on two workers (pytest-xdist), each with its own database, Redis and moto server.
+INTEGRATION := $(BIN)/pytest tests/integration -n 2
+
+check: lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM, no benchmarks)
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
-	$(BIN)/pytest tests/integration tests/e2e $(ARGS)
+	$(INTEGRATION) $(ARGS)
+
+test: bench-setup services validate build lint types ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
+	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+	$(INTEGRATION) $(ARGS)
+	$(BIN)/pytest tests/e2e $(ARGS)
 
 # The benchmarks' SQS stand-in: fauxqs and Node.js 22, pinned, from the npm registry.
 FAUXQS := benchmarks/fauxqs
 $(FAUXQS)/node_modules/.package-lock.json: $(FAUXQS)/package-lock.json
 	npm ci --prefix $(FAUXQS) --no-audit --no-fund --loglevel=error
 
-bench-setup: setup $(FAUXQS)/node_modules/.package-lock.json ## install the benchmarks' SQS stand-in (fauxqs on Node.js 22)
+$(VENV)/.bench-installed: $(VENV)/.installed benchmarks/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ./benchmarks
+	touch $@
+
+bench-setup: setup $(VENV)/.bench-installed $(FAUXQS)/node_modules/.package-lock.json ## install the benchmarks (editable) and their SQS stand-in (fauxqs on Node.js 22)
 
 openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
 	$(BIN)/seckill-openapi
@@ -91,4 +110,4 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) $(FAUXQS)/node_modules .pytest_cache .ruff_cache .aws-sam .hypothesis
+	rm -rf $(VENV) $(SAM_VENV) $(SCAN_VENV) $(FAUXQS)/node_modules .pytest_cache .ruff_cache .mypy_cache .aws-sam .hypothesis

@@ -36,10 +36,10 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import cold_start, experiment, persister, report, request_path, transport
+from benchmarks import cold_start, experiment, persister, request_path, targets, transport
 from benchmarks.servers import SERVERS, STAND_INS
-from benchmarks.stack import BenchStack, StackInfo
-from seckill_local.template import ROOT
+from benchmarks.testbed import BenchStack, StackInfo
+from seckill_local.checkout import ROOT
 
 SECTIONS = ("experiment", "transport", "path", "persister", "cold")
 BOUNDS = [
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.show:
-        report.print_report(json.loads(args.show.read_text(encoding="utf-8")), console)
+        targets.print_report(json.loads(args.show.read_text(encoding="utf-8")), console)
         return 0
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
     profile = PROFILES[name]
@@ -211,14 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             out["cold_start"] = _in_child(cold_start.run, stack.info, profile.cold_repeats, functions, _progress)
     finally:
         stack.close()
-    out["targets"] = report.targets(out)
+    out["targets"] = targets.targets(out)
     failed = [c for c in out.get("experiment", {}).get("checks", []) if not c["exact"]]
     out["meta"]["seconds"] = round(time.monotonic() - started, 1)
     out["meta"]["correct"] = not failed
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     plots = [] if args.no_plots else _plots(out, args.out)
-    report.print_report(out, console)
+    targets.print_report(out, console)
     console.print(
         f"report: {args.out / 'latest.json'}" + (f"; plots: {', '.join(p.name for p in plots)}" if plots else "")
     )

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.stack import StackInfo, function_env
-from seckill_local.template import ROOT, Template
+from benchmarks.testbed import StackInfo, function_env
+from seckill_local.checkout import ROOT
+from seckill_local.template import Template
 
 LAYER = ROOT / "layers"
 FIRST_PARTY = "seckill"

@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.counters import Counters
-from benchmarks.stack import Services, StackInfo, far_id
 from benchmarks.stats import latency_ms, median_of, ratio
+from benchmarks.testbed import Services, StackInfo, far_id
 from benchmarks.workers import Press, WorkerPool, WorkerResult
 from seckill.infra import keys
 from seckill.messages import queue_depth
+from seckill_local.checkout import ROOT
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import FunctionPool
-from seckill_local.template import ROOT, Function
+from seckill_local.template import Function
 
 BASELINE = Function(
     logical_id="SyncBaselineFunction",

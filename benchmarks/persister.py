@@ -38,7 +38,7 @@ from typing import Any
 
 from benchmarks.counters import Counters
 from benchmarks.servers import STAND_INS
-from benchmarks.stack import StackInfo, apply_env, create_voucher, far_id, function_env
+from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer
 from seckill import hints
 from seckill.ids import next_order_id

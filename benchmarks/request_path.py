@@ -36,7 +36,7 @@ from typing import Any
 import redis as redis_py
 
 from benchmarks.counters import Counters
-from benchmarks.stack import StackInfo, apply_env, create_voucher, far_id, function_env
+from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer, outcome, press_event
 from seckill.ids import next_order_id
 from seckill.infra import keys
@@ -48,8 +48,9 @@ from seckill.infra.lua_scripts import Scripts, read_script
 from seckill.messages import OrderQueue
 from seckill.press import orders
 from seckill.press.gate import DUPLICATE, OK, SOLD_OUT, Gate
+from seckill_local.checkout import ROOT
 from seckill_local.lambdas import LocalContext, load_handler
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
 
 KINDS = {
     "refused_cache_off": "409 SOLD_OUT",

@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.servers import SERVERS, SqsServer, unavailable
 from benchmarks.stats import latency_ms
 from seckill.messages import OrderMessage, queue_depth
-from seckill_demo.stack import free_port
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import Template
 

@@ -28,8 +28,8 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.migrate import migrate
 from seckill.press.gate import Gate
 from seckill.tokens import mint_tokens
-from seckill_demo.stack import free_port
 from seckill_local.lambdas import load_handler
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 from tests.claims import claimed_database

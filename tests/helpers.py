@@ -39,10 +39,10 @@ from seckill.press.gate import ATTACHED, Gate, Reservation
 from seckill.repair.reconcile import VoucherReconciled, reconcile
 from seckill.repair.recovery import Recovery, recover_if_lost
 from seckill.vouchers import SeckillVoucherIn
-from seckill_demo.stack import free_port
+from seckill_local.checkout import ROOT
 from seckill_local.feeder import sqs_event
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS
-from seckill_local.template import ROOT
 
 EVENTS = ROOT / "events"
 HINT_TTL = 3600

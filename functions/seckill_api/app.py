@@ -274,8 +274,8 @@ def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     return results.ok(voucher_id)
 
 
-@app.exception_handler(Exception)
-def error_response(error: Exception) -> Response:
+@app.exception_handler(Exception)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated
+def error_response(error: Exception) -> Response[str]:
     """Every error's answer, for the press and the resolver's routes alike."""
     if isinstance(error, TryAgain):
         logger.warning("answered 503 TRY_AGAIN", extra={"reason": error.refusal.message}, exc_info=error.__cause__)
@@ -294,7 +294,7 @@ def error_response(error: Exception) -> Response:
     return results.fail(500, "INTERNAL_ERROR", "internal error")
 
 
-def refused(refusal: Refusal) -> Response:
+def refused(refusal: Refusal) -> Response[str]:
     """A refusal's answer, returned by the gate or raised in a SeckillError: summed in the tally."""
     count_refusal(refusal.code)
     return results.fail(refusal.status, refusal.code, refusal.message)
@@ -307,14 +307,15 @@ def count_refusal(code: str) -> None:
 
 
 @app.not_found
-def no_route(_: NotFoundError) -> Response:
+def no_route(_: NotFoundError) -> Response[str]:
     return results.fail(404, "NOT_FOUND", "no such route")
 
 
 def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if event.get("routeKey") == PRESS:
         return press(event)
-    return app.resolve(event, context)
+    resolved: dict[str, Any] = app.resolve(event, context)
+    return resolved
 
 
 @log_context.inject
@@ -322,7 +323,8 @@ def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if not traced():
         return respond(event, context)
-    return traced_handler(event, context)
+    answer: dict[str, Any] = traced_handler(event, context)  # the tracer's decorator is untyped
+    return answer
 
 
 @tracer.capture_lambda_handler(capture_response=False)

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from seckill.ids import order_id_time
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient, RedisCommands
 from seckill.infra.timeutil import iso
 from seckill.messages import OrderMessage
 
@@ -49,7 +50,7 @@ def created_at(order_id: int, state: str, stored: datetime | None) -> datetime |
     return order_id_time(order_id) if state == FAILED else stored
 
 
-def write_pending(redis: Any, m: OrderMessage, ttl: int) -> None:
+def write_pending(redis: RedisCommands, m: OrderMessage, ttl: int) -> None:
     """PENDING, unless the order has a hint already: the persister may have decided it
     (and made its hint final) before this is written. On a pipeline, only queued."""
     hint = status(m.order_id, m.voucher_id, m.user_id, PENDING, None, m.accepted_at)
@@ -59,14 +60,14 @@ def write_pending(redis: Any, m: OrderMessage, ttl: int) -> None:
         log.warning("could not write the status hint of order %s", m.order_id, exc_info=True)
 
 
-def finalize(redis: Any, m: OrderMessage, state: str, reason: str | None) -> None:
+def finalize(redis: RedisCommands, m: OrderMessage, state: str, reason: str | None) -> None:
     """Once MySQL has stored this very message's decision: polls stop reaching MySQL.
     Only an existing hint is replaced, and it keeps its time to live."""
     hint = status(m.order_id, m.voucher_id, m.user_id, state, reason, created_at(m.order_id, state, m.accepted_at))
     redis.set(keys.order_status(m.order_id), json.dumps(hint), xx=True, keepttl=True)
 
 
-def read(redis: Any, order_id: int, user_id: int) -> dict[str, Any] | None:
+def read(redis: RedisClient, order_id: int, user_id: int) -> dict[str, Any] | None:
     """The order's hint, if Redis has one for this user (and answers at all)."""
     try:
         raw = redis.get(keys.order_status(order_id))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.errors import BadRequest
 
 BEGIN_EPOCH = 1640995200  # 2022-01-01T00:00:00Z
@@ -54,7 +55,7 @@ def parse_id(value: Any, name: str) -> int:
     return int(text)
 
 
-def next_order_id(redis: Any, now: float | None = None) -> int:
+def next_order_id(redis: RedisClient, now: float | None = None) -> int:
     """A unique, time-ordered 64-bit order id (one INCR round trip)."""
     now = time.time() if now is None else now
     moment = datetime.fromtimestamp(now, UTC)

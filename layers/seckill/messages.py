@@ -174,7 +174,8 @@ def _nothing_stored(error: BaseException | None, status: int | None) -> bool:
     or SQS answered with a client error (4xx)."""
     if error is not None:
         if isinstance(error, ClientError):
-            return error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) < 500
+            status_code: int = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)
+            return status_code < 500
         return isinstance(error, EndpointConnectionError)  # includes connect timeouts
     return status is not None and status < 500
 

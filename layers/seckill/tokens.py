@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any
 
 from redis.exceptions import ResponseError
 
 from seckill.ids import MAX_ID
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 
@@ -25,7 +25,7 @@ def token_from_header(header: str | None) -> str | None:
     return token if _TOKEN.fullmatch(token) else None
 
 
-def user_for_token(redis: Any, token: str) -> int | None:
+def user_for_token(redis: RedisClient, token: str) -> int | None:
     """The user a token logs in, or None when its key holds no login hash with a valid id.
     Redis unreachable still raises (the authorizer answers 500, cached by nobody)."""
     try:
@@ -42,14 +42,14 @@ def user_for_token(redis: Any, token: str) -> int | None:
     return int(text)
 
 
-def mint_tokens(redis: Any, user_ids: Iterable[int], ttl_seconds: int) -> dict[int, str]:
+def mint_tokens(redis: RedisClient, user_ids: Iterable[int], ttl_seconds: int) -> dict[int, str]:
     """A fresh token per user."""
     tokens = {user_id: uuid.uuid4().hex for user_id in user_ids}
     store_tokens(redis, tokens, ttl_seconds)
     return tokens
 
 
-def store_tokens(redis: Any, tokens: dict[int, str], ttl_seconds: int) -> None:
+def store_tokens(redis: RedisClient, tokens: dict[int, str], ttl_seconds: int) -> None:
     """Write login hashes in pipelined batches (also how sessions come back after Redis lost them)."""
     with redis.pipeline(transaction=False) as pipe:
         for user_id, token in tokens.items():

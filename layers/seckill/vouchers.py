@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -15,6 +15,7 @@ from pymysql.cursors import DictCursor
 from redis.exceptions import RedisError
 
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
 from seckill.infra.errors import BadRequest, NotFound
 from seckill.infra.timeutil import ISO_PATTERN, from_db, iso, parse_iso, to_db, to_ms, to_utc
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 # How long the keys of a preload whose creation never committed linger.
 PROVISIONAL_TTL = 3600
 
-ORDINARY, SECKILL = 0, 1
+ORDINARY: Final = 0
+SECKILL: Final = 1
 ON_SALE, WITHDRAWN = 1, 2  # tb_voucher.status
 # A cache holding every seckill voucher that ended less than this long ago (or has
 # not ended) is complete enough for the gate to trust "not found" (keys.loaded()).
@@ -95,7 +97,10 @@ class SeckillVoucherIn(VoucherIn):
     end_time: LocalTime
 
 
-def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> VoucherIn:
+V = TypeVar("V", bound=VoucherIn)
+
+
+def parse_voucher(body: str | None, model: type[V], zone: tzinfo) -> V:
     """Validate a JSON body; the first offending field is named in the 400."""
     try:
         voucher = model.model_validate_json(body or "")
@@ -141,7 +146,7 @@ def create_voucher(db: Database, voucher: VoucherIn) -> int:
     return db.run(insert)
 
 
-def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) -> int:
+def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVoucherIn) -> int:
     """Both tables in one transaction, with the Redis preload inside it: if Redis
     refuses, nothing is committed. The preload is provisional (the gate does not
     sell it) until the commit has succeeded: a creation that dies before or during
@@ -186,7 +191,7 @@ def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) 
 
 
 def preload(
-    redis: Any, voucher_id: int, stock: int, begin: datetime, end: datetime, *, provisional: bool = False
+    redis: RedisClient, voucher_id: int, stock: int, begin: datetime, end: datetime, *, provisional: bool = False
 ) -> None:
     """Write the gate's view of a fresh voucher in one MULTI (one slot, thanks to the hash tag).
 
@@ -204,7 +209,7 @@ def preload(
         pipe.execute()
 
 
-def make_final(redis: Any, voucher_id: int) -> None:
+def make_final(redis: RedisClient, voucher_id: int) -> None:
     """The voucher's creation has committed: the gate may sell it."""
     with redis.pipeline(transaction=True) as pipe:
         pipe.hdel(keys.window(voucher_id), "provisional")
@@ -213,7 +218,7 @@ def make_final(redis: Any, voucher_id: int) -> None:
         pipe.execute()
 
 
-def unload(redis: Any, voucher_id: int) -> None:
+def unload(redis: RedisClient, voucher_id: int) -> None:
     try:
         redis.delete(*keys.voucher_keys(voucher_id))
     except Exception:
@@ -261,7 +266,7 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
     return Page(listed, listed[-1]["id"] if len(rows) > limit else None)
 
 
-def stop_seckill_voucher(db: Database, redis: Any, voucher_id: int) -> None:
+def stop_seckill_voucher(db: Database, redis: RedisClient, voucher_id: int) -> None:
     """Withdraw a seckill voucher: MySQL first, then the gate's window closes (0/0, so
     every press is ENDED). Idempotent. If Redis fails after MySQL has committed, the
     error is raised (the caller answers 503): a retry finishes the job, and so does

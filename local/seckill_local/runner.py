@@ -33,11 +33,12 @@ from typing import Any
 from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
+from seckill_local.checkout import TEMPLATE
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, local_region, sqs_client
-from seckill_local.template import TEMPLATE, Function, Template
+from seckill_local.template import Function, Template
 
 
 class Runner:

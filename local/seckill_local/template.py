@@ -9,8 +9,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "template.yaml"
+from seckill_local.checkout import TEMPLATE
 
 
 class _CfnLoader(yaml.SafeLoader):

@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from seckill_ops.stack_outputs import DLQ_URL, ORDER_QUEUE_URL
+
 PROG = "seckill-dlq-replay"
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -37,8 +39,6 @@ EXIT_USAGE = 2
 EXIT_NOT_CONFIRMED = 4
 EXIT_INTERRUPTED = 130
 
-QUEUE_OUTPUT = "OrderQueueUrl"
-DLQ_OUTPUT = "OrderDeadLetterQueueUrl"
 BATCH = 10  # the most SQS receives, sends or deletes in one call
 IDLE_RECEIVES = 3  # receives in a row that bring back only messages already handled: the run is done
 NATIVE_MAX_RATE = 500  # StartMessageMoveTask's MaxNumberOfMessagesPerSecond limit
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = parser.add_argument_group("queues (a stack name, or both URLs)")
-    where.add_argument("--stack-name", help=f"stack whose outputs {QUEUE_OUTPUT} / {DLQ_OUTPUT} name them")
+    where.add_argument("--stack-name", help=f"stack whose outputs {ORDER_QUEUE_URL} / {DLQ_URL} name them")
     where.add_argument("--dlq-url", help="URL of the dead-letter queue to move from")
     where.add_argument("--queue-url", help="URL of the queue to move to")
     where.add_argument("--region", help="AWS region (default: as boto3 finds it)")
@@ -192,10 +192,10 @@ def stack_queues(cfn: Any, stack_name: str) -> tuple[str, str]:
     except (ClientError, BotoCoreError) as exc:
         raise ConfigError(f"cannot read stack {stack_name!r}: {error_text(exc)}") from exc
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    missing = [key for key in (QUEUE_OUTPUT, DLQ_OUTPUT) if key not in outputs]
+    missing = [key for key in (ORDER_QUEUE_URL, DLQ_URL) if key not in outputs]
     if missing:
         raise ConfigError(f"stack {stack_name!r} has no output {' or '.join(missing)}")
-    return outputs[QUEUE_OUTPUT], outputs[DLQ_OUTPUT]
+    return outputs[ORDER_QUEUE_URL], outputs[DLQ_URL]
 
 
 def queue_info(sqs: Any, url: str) -> QueueInfo:
@@ -547,7 +547,10 @@ def run_portable(
         summary.remaining = queue_info(sqs, dlq.url).depth
     except ConfigError:
         summary.remaining = None
-    rows = [("moved", summary.moved), ("failed to send (still in the DLQ)", summary.failed)]
+    rows: list[tuple[str, int | str]] = [
+        ("moved", summary.moved),
+        ("failed to send (still in the DLQ)", summary.failed),
+    ]
     if summary.not_deleted:
         rows.append(("sent but not deleted (delivered twice)", summary.not_deleted))
     rows.append(("remaining in the DLQ (approx.)", "?" if summary.remaining is None else summary.remaining))

@@ -15,16 +15,17 @@ from pathlib import Path
 from types import FrameType
 
 from scripts.sam_local import base_image
+from scripts.sam_local.checks import Scenario
 from scripts.sam_local.commands import Commands
 from scripts.sam_local.docker_host import DockerHost, Relays
 from scripts.sam_local.endpoint_sale import PRESSES, STOCK, USERS, EndpointSale
 from scripts.sam_local.progress import CheckFailed, Progress, Unavailable, warn
 from scripts.sam_local.sam import SamCli
 from scripts.sam_local.sandbox import Sandbox
-from scripts.sam_local.scenario import Scenario
 from seckill.infra.config import Settings
+from seckill_local.checkout import ROOT
 from seckill_local.sqs import LOCAL_AWS
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
 
 LOG_DIR = ROOT / ".aws-sam" / "sam-local"
 EPILOG = """\

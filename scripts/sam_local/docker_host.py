@@ -18,6 +18,7 @@ from typing import Any
 
 from scripts.sam_local.commands import Commands, ensure_installed, is_root, tail
 from scripts.sam_local.progress import Unavailable
+from seckill_local.ports import free_port
 
 # No NAT rules and no change to IP forwarding: the containers only talk to this host.
 DOCKERD_FLAGS = ["--iptables=false", "--ip-forward=false", "--ip-masq=false"]
@@ -163,12 +164,6 @@ class Relays:
                 process.wait(timeout=10)
         stopped, self.processes = len(self.processes), []
         return stopped
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

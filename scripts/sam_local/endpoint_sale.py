@@ -29,17 +29,18 @@ from urllib.parse import urlsplit
 import boto3
 import urllib3
 
-from scripts.sam_local.docker_host import DockerHost, free_port
+from scripts.sam_local.checks import expect
+from scripts.sam_local.docker_host import DockerHost
 from scripts.sam_local.progress import CheckFailed, Progress, Unavailable
 from scripts.sam_local.sam import SamCli, SamServer
 from scripts.sam_local.sandbox import Sandbox
-from scripts.sam_local.scenario import expect
 from seckill.infra import keys
 from seckill.infra.db import Credentials
-from seckill_demo.sigv4 import AdminClient
+from seckill_demo.admin_client import AdminClient
+from seckill_demo.outputs_stack import outputs_template
 from seckill_local.api import Answer, make_server
 from seckill_local.lambdas import local_parameters
-from seckill_local.outputs_stack import outputs_template
+from seckill_local.ports import free_port
 from seckill_local.template import Route, Template
 
 USERS, PRESSES, STOCK = 30, 2, 10

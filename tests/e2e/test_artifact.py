@@ -26,7 +26,8 @@ import pytest
 from seckill.infra import keys
 from seckill.infra.db import Credentials, connect
 from seckill.tokens import mint_tokens, user_for_token
-from seckill_local.template import ROOT, Template
+from seckill_local.checkout import ROOT
+from seckill_local.template import Template
 from tests.helpers import body, closed_port, db_rows, load_event, new_user
 
 ARTIFACT = ROOT / ".aws-sam" / "build"

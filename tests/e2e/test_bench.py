@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from seckill_local.template import ROOT
+from seckill_local.checkout import ROOT
 
 pytestmark = pytest.mark.e2e
 

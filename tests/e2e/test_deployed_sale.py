@@ -25,11 +25,12 @@ import pytest
 import urllib3
 
 from seckill.infra.db import Credentials, Database
-from seckill_demo.stack import free_port
+from seckill_demo.outputs_stack import outputs_template
+from seckill_local.checkout import ROOT
 from seckill_local.lambdas import local_parameters
-from seckill_local.outputs_stack import outputs_template
+from seckill_local.ports import free_port
 from seckill_local.sqs import ensure_queues
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
 from tests.helpers import db_rows, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -45,11 +45,12 @@ from seckill.infra.db import Credentials
 from seckill.openapi import ADMIN, USER
 from seckill.tokens import mint_tokens
 from seckill_demo.faults import PrivateRedis
-from seckill_demo.stack import free_port
+from seckill_local.checkout import TEMPLATE
 from seckill_local.lambdas import local_parameters
-from seckill_local.openapi import DOCUMENT
+from seckill_local.openapi_command import DOCUMENT
+from seckill_local.ports import free_port
 from seckill_local.runner import Runner
-from seckill_local.template import TEMPLATE, Template
+from seckill_local.template import Template
 from tests.e2e.test_local_runner import delete_queues_with_prefix, serving
 from tests.helpers import new_user, signed
 

@@ -35,13 +35,14 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill.tokens import store_tokens, user_for_token
 from seckill_demo.faults import PrivateRedis
-from seckill_demo.stack import free_port
 from seckill_local.api import LocalHttpApi, make_server
+from seckill_local.checkout import ROOT, TEMPLATE
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
+from seckill_local.ports import free_port
 from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
-from seckill_local.template import ROOT, TEMPLATE, Template
+from seckill_local.template import Template
 from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, signed, wait_for
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"

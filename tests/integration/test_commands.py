@@ -30,7 +30,7 @@ def test_seckill_tokens_mints_users_into_redis_and_a_file(tmp_path: Path, redis:
     out, first = tmp_path / "tokens.txt", new_user()
     done = run_python(
         "-m",
-        "seckill_local.tokens",
+        "seckill_local.tokens_command",
         "--count",
         "5",
         "--first-user",

@@ -4,30 +4,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.metadata import entry_points
+import tomllib
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
 
+from seckill_local.checkout import ROOT
 from tests.helpers import closed_port, run_python
 
-# The installed commands (pyproject.toml's [project.scripts]) and the function each runs.
-COMMANDS = {
-    "seckill-dlq-replay": "seckill_ops.dlq_replay:main",
-    "seckill-reconcile": "seckill_ops.reconcile:main",
-    "seckill-recovery": "seckill_ops.recovery:main",
-    "seckill-migrate": "seckill.migrate:main",
-    "seckill-tokens": "seckill_local.tokens:main",
-    "seckill-local": "seckill_local.runner:main",
-    "seckill-flash-sale": "seckill_demo.flash_sale:main",
-    "seckill-openapi": "seckill_local.openapi:main",
+# The distributions make setup installs (editable), by folder, and the commands each declares.
+DISTRIBUTIONS = {
+    folder: tomllib.loads((ROOT / folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for folder in (".", "ops", "local", "demo")
 }
+COMMANDS = {name: target for project in DISTRIBUTIONS.values() for name, target in project.get("scripts", {}).items()}
 
 
 def test_seckill_tokens_says_when_redis_is_unreachable(tmp_path: Path) -> None:
     done = run_python(
         "-m",
-        "seckill_local.tokens",
+        "seckill_local.tokens_command",
         "--count",
         "1",
         "--out",
@@ -45,10 +42,10 @@ def test_every_command_has_help() -> None:
         "seckill_ops.reconcile",
         "seckill_ops.recovery",
         "seckill_ops.dlq_replay",
-        "seckill_local.tokens",
+        "seckill_local.tokens_command",
         "seckill_local.runner",
         "seckill_demo.flash_sale",
-        "seckill_local.openapi",
+        "seckill_local.openapi_command",
     ):
         done = run_python("-m", module, "--help")
         assert done.returncode == 0, module
@@ -56,8 +53,10 @@ def test_every_command_has_help() -> None:
 
 
 def test_the_commands_are_installed() -> None:
-    installed = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name.startswith("seckill-")}
-    assert installed == COMMANDS
+    for project in DISTRIBUTIONS.values():
+        installed = {ep.name: ep.value for ep in distribution(project["name"]).entry_points}
+        assert installed == project.get("scripts", {}), project["name"]
+    assert "seckill-flash-sale" in COMMANDS
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

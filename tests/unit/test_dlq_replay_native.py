@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -13,6 +12,7 @@ import pytest
 from botocore.stub import Stubber
 from rich.console import Console
 
+from seckill_local.checkout import ROOT
 from seckill_ops import dlq_replay
 from tests.helpers import run_dlq_replay, run_python
 
@@ -107,7 +107,7 @@ def test_help_explains_itself() -> None:
 
 def test_the_checkout_path_runs_the_same_command() -> None:
     """``scripts/dlq_replay.py`` is the documented path of the replay in a checkout."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "dlq_replay.py"
+    script = ROOT / "scripts" / "dlq_replay.py"
     result = run_python(str(script), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_dlq_replay("--help").stdout

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from seckill_local.checkout import ROOT
 from seckill_local.runner import rate_seconds, scheduled_event
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
 
 
 def test_template_functions_and_their_handlers_exist(template: Template) -> None:

@@ -19,8 +19,9 @@ from seckill.ids import MAX_ID, parse_id
 from seckill.infra.errors import BadRequest
 from seckill.infra.timeutil import parse_iso
 from seckill.openapi import ADMIN, USER
-from seckill_local.openapi import DOCUMENT
-from seckill_local.template import ROOT, Template
+from seckill_local.checkout import ROOT
+from seckill_local.openapi_command import DOCUMENT
+from seckill_local.template import Template
 
 CONTRACT = ROOT / "docs" / "contract.md"
 # What a status means wherever the contract names no code for it (its bullets say so).
@@ -35,7 +36,7 @@ def spec() -> dict[str, Any]:
 
 
 def openapi_command(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "seckill_local.openapi", *args]
+    command = [sys.executable, "-m", "seckill_local.openapi_command", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
 
 

@@ -8,18 +8,21 @@ long forms), so these tests see what ``sam build`` and the runner see.
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import json
-import os
 import re
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
 
-from seckill_local.template import ROOT, Function, Template
+from seckill_local.checkout import ROOT, TEMPLATE
+from seckill_local.template import Function, Template
+from seckill_ops import stack_outputs
 
 EVENTS = ROOT / "events"
 CODE_DIRS = (ROOT / "layers" / "seckill", ROOT / "functions")
@@ -282,12 +285,10 @@ def test_alarms(data: dict[str, Any]) -> None:
 
 
 def sam_policy_templates() -> dict[str, list[str]]:
-    """SAM's policy templates (name -> the actions it grants), from the SAM CLI's translator."""
-    pattern = ".venv-sam/lib/python*/site-packages/samtranslator/policy_templates_data/policy_templates.json"
-    found = sorted(ROOT.glob(pattern))
-    if not found:
-        pytest.fail("SAM's policy templates come with .venv-sam: run `make sam-setup`")
-    templates = json.loads(found[-1].read_text(encoding="utf-8"))["Templates"]
+    """SAM's policy templates (name -> the actions it grants), from SAM's translator
+    (requirements-dev.txt pins the version the SAM CLI does)."""
+    document = importlib.resources.files("samtranslator") / "policy_templates_data" / "policy_templates.json"
+    templates = json.loads(document.read_text(encoding="utf-8"))["Templates"]
     return {
         name: [action for statement in statements(t["Definition"]) for action in actions(statement)]
         for name, t in templates.items()
@@ -335,23 +336,13 @@ def test_no_policy_grants_wildcard_actions(data: dict[str, Any]) -> None:
     assert "secretsmanager:GetSecretValue" in checked
 
 
-# What SAM's transform makes of the template, run offline with the SAM CLI's translator.
-TRANSFORM = """
-import json, sys
-from samtranslator.translator.transform import transform
-from samtranslator.yaml_helper import yaml_parse
-
 class NoManagedPolicies:
-    def load(self):
+    """SAM's transform asks for the account's managed policies; offline there are none."""
+
+    def load(self) -> dict[str, str]:
         return {}
 
-template = yaml_parse(open(sys.argv[1], encoding="utf-8").read())
-for resource in template["Resources"].values():
-    for key in ("CodeUri", "ContentUri"):
-        if key in resource.get("Properties", {}):
-            resource["Properties"][key] = "s3://bucket/key"  # the transform wants code in S3
-print(json.dumps(transform(template, {}, NoManagedPolicies())))
-"""
+
 # The only statements with Resource "*": AWS managed policies SAM attaches to every
 # function's role, each needed for a reason of its own.
 JUSTIFIED_MANAGED_POLICIES = {
@@ -366,15 +357,16 @@ JUSTIFIED_MANAGED_POLICIES = {
 
 @pytest.fixture(scope="module")
 def transformed() -> dict[str, Any]:
-    python = ROOT / ".venv-sam" / "bin" / "python"
-    if not python.is_file():
-        pytest.fail("SAM's translator comes with .venv-sam: run `make sam-setup`")
-    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
-    done = subprocess.run(  # noqa: S603
-        [str(python), "-c", TRANSFORM, str(ROOT / "template.yaml")], capture_output=True, text=True, env=env, check=True
-    )
-    found: dict[str, Any] = json.loads(done.stdout)
-    return found
+    """What SAM's transform makes of the template, run offline with SAM's translator."""
+    template = yaml_parse(TEMPLATE.read_text(encoding="utf-8"))
+    for resource in template["Resources"].values():
+        for key in ("CodeUri", "ContentUri"):
+            if key in resource.get("Properties", {}):
+                resource["Properties"][key] = "s3://bucket/key"  # the transform wants code in S3
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        found: dict[str, Any] = transform(template, {}, NoManagedPolicies())
+    return json.loads(json.dumps(found))  # plain JSON types, as the SAM CLI writes it
 
 
 @pytest.fixture(scope="module")
@@ -569,9 +561,11 @@ def test_layer_is_built_by_sam_with_the_lua_scripts(data: dict[str, Any]) -> Non
 def test_outputs_an_operator_needs(data: dict[str, Any]) -> None:
     outputs = data["Outputs"]
     assert outputs["ApiEndpoint"]["Value"]["Fn::Sub"].startswith("https://${SeckillHttpApi}.execute-api.")
-    assert outputs["OrderQueueUrl"]["Value"] == {"Ref": "OrderQueue"}
-    assert outputs["OrderDeadLetterQueueUrl"]["Value"] == {"Ref": "OrderDeadLetterQueue"}
-    assert outputs["OrderPoisonQueueUrl"]["Value"] == {"Ref": "OrderPoisonQueue"}
+    # The names the tools read (seckill-dlq-replay, seckill-flash-sale --stack-name) are the template's.
+    for queue, output in stack_outputs.QUEUE_URLS.items():
+        assert outputs[output]["Value"] == {"Ref": queue}
+    assert {stack_outputs.ORDER_QUEUE_URL, stack_outputs.DLQ_URL} <= set(stack_outputs.QUEUE_URLS.values())
+    assert outputs[stack_outputs.MINTER_FUNCTION_NAME]["Value"] == {"Ref": "TokenMinterFunction"}
 
 
 # --- the sale's first second: ColdStartMitigation ----------------------------------------------

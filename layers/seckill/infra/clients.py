@@ -9,8 +9,9 @@ init does not delay a request).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
@@ -22,7 +23,61 @@ from redis.retry import Retry
 
 from seckill.infra.config import Settings
 
-RedisClient = Redis | RedisCluster
+
+class RedisCommands(Protocol):
+    """The commands the layer sends that a client and its pipelines both take (a
+    pipeline queues them and answers at ``execute``, hence the ``Any`` answers)."""
+
+    def get(self, name: str) -> Any: ...
+    def set(
+        self,
+        name: str,
+        value: str | int,
+        ex: int | None = None,
+        px: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        keepttl: bool = False,
+    ) -> Any: ...
+    def hset(
+        self,
+        name: str,
+        key: str | None = None,
+        value: str | None = None,
+        mapping: Mapping[Any, str | int] | None = None,
+    ) -> Any: ...
+    def hdel(self, name: str, *keys: str) -> Any: ...
+    def delete(self, *names: str) -> Any: ...
+    def expire(self, name: str, time: int) -> Any: ...
+    def persist(self, name: str) -> Any: ...
+    def execute_command(self, *args: Any, **options: Any) -> Any: ...
+
+
+class RedisPipeline(RedisCommands, Protocol):
+    """A pipeline of a Redis or a RedisCluster: commands queued, sent at ``execute``."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]: ...
+    def __len__(self) -> int: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class RedisClient(RedisCommands, Protocol):
+    """What the layer asks of a Redis client: a ``Redis`` or a ``RedisCluster``
+    (``decode_responses``: answers are ``str``)."""
+
+    def ping(self) -> Any: ...
+    def exists(self, *names: str) -> int: ...
+    def incr(self, name: str, amount: int = 1) -> int: ...
+    def hget(self, name: str, key: str) -> Any: ...
+    def hgetall(self, name: str) -> Any: ...
+    def time(self) -> tuple[int, int]: ...
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: str | int) -> Any: ...
+    def script_load(self, script: str) -> Any: ...
+    def lock(self, name: str, timeout: float | None = None, *, blocking_timeout: float | None = None) -> Any: ...
+    def pipeline(self, transaction: bool = True) -> RedisPipeline: ...
 
 
 class SecretToken(CredentialProvider):

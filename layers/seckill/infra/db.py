@@ -137,7 +137,7 @@ class Database:
             conn = self.connection()  # outside the try: MySQL unreachable is raised at once
             committing = False
             try:
-                with conn.cursor() as cursor:
+                with conn.cursor(DictCursor) as cursor:
                     result = work(cursor)
                 committing = True
                 conn.commit()

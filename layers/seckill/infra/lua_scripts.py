@@ -15,6 +15,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from seckill.infra.clients import RedisClient
+
 _PACKAGED = Path(__file__).parents[1] / "lua"
 _SOURCE = Path(__file__).resolve().parents[3] / "lua"
 
@@ -39,7 +41,7 @@ class Script:
     class, which cost a refused press more than the rest of its own Python.
     """
 
-    def __init__(self, redis: Any, text: str) -> None:
+    def __init__(self, redis: RedisClient, text: str) -> None:
         self.redis = redis
         self.text = text
         # Redis names a script by its SHA1.
@@ -64,6 +66,6 @@ class Scripts:
     counter_floor: Script
 
     @classmethod
-    def register(cls, redis: Any) -> Scripts:
+    def register(cls, redis: RedisClient) -> Scripts:
         names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor")
         return cls(**{name: Script(redis, read_script(name)) for name in names})

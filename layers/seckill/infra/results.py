@@ -46,7 +46,8 @@ def _refusal(status: int, code: str, message: str) -> dict[str, Any]:
     return http_api(fail(status, code, message), {})
 
 
-def http_api(response: Response, event: dict[str, Any]) -> dict[str, Any]:
+def http_api(response: Response[str], event: dict[str, Any]) -> dict[str, Any]:
     """What an HTTP API (payload 2.0) integration returns, serialized as the Powertools resolver does,
     for a route answered without it."""
-    return ResponseBuilder(response).build(APIGatewayProxyEventV2(event))
+    builder: ResponseBuilder[APIGatewayProxyEventV2] = ResponseBuilder(response)
+    return builder.build(APIGatewayProxyEventV2(event))

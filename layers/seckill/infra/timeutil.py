@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, tzinfo
+from typing import overload
 
 # A time as clients send it: an ISO-8601 date and time (minutes at least, an offset
 # optional), each field within its calendar range, so that the pattern, which the
@@ -33,6 +34,10 @@ def to_utc(moment: datetime, default_zone: tzinfo) -> datetime:
     return moment.astimezone(UTC)
 
 
+@overload
+def from_db(moment: datetime) -> datetime: ...
+@overload
+def from_db(moment: None) -> None: ...
 def from_db(moment: datetime | None) -> datetime | None:
     """The database stores naive UTC."""
     return None if moment is None else moment.replace(tzinfo=UTC)

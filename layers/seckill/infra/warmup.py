@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from seckill.infra.clients import OnFirstUse
+from seckill.infra.clients import OnFirstUse, RedisClient
 
 if TYPE_CHECKING:  # the authorizer uses no database: it must not import pymysql
     from seckill.infra.db import Database
@@ -44,7 +44,7 @@ def initialization_type() -> str:
 class Connections:
     """What one function holds: a Redis client, a database, clients made on first use."""
 
-    redis: Any = None
+    redis: RedisClient | None = None
     db: Database | None = None
     clients: list[OnFirstUse] = field(default_factory=list)
 
@@ -65,11 +65,12 @@ class Connections:
     def close(self) -> None:
         """Close every connection (the clients stay; they hold none that matters)."""
         if self.redis is not None:
-            pool = getattr(self.redis, "connection_pool", None)
+            client: Any = self.redis  # Redis and RedisCluster hold their pools differently
+            pool = getattr(client, "connection_pool", None)
             if pool is not None:
                 pool.disconnect()
             else:  # RedisCluster: a pool per node
-                self.redis.disconnect_connection_pools()
+                client.disconnect_connection_pools()
         if self.db is not None:
             self.db.close()
 

@@ -21,6 +21,7 @@ from redis.exceptions import NoScriptError
 from seckill import hints
 from seckill.hints import CONFIRMED, FAILED
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_db
@@ -50,7 +51,9 @@ class OrderIdConflict(RuntimeError):
 Outcome = Decision | Exception
 
 
-def persist_orders(db: Database, redis: Any, scripts: Scripts, messages: Sequence[OrderMessage]) -> list[Outcome]:
+def persist_orders(
+    db: Database, redis: RedisClient, scripts: Scripts, messages: Sequence[OrderMessage]
+) -> list[Outcome]:
     """Decide the orders in the database, then clear their pending marks and make their
     status hints final in Redis (one pipelined round trip). One outcome per message."""
     outcomes = decide_orders(db, messages)
@@ -209,7 +212,7 @@ def _write(cursor: DictCursor, decided: _Decided) -> None:
         )
 
 
-def _write_back(redis: Any, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
+def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
     """Clear the decided orders' pending marks (one script call per voucher) and make
     their status hints final, in one pipeline. The database already holds the truth:
     if Redis fails, reconciliation clears stale marks, and the status route asks MySQL

@@ -14,8 +14,9 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import MalformedMessage, OrderMessage
@@ -104,7 +105,7 @@ def unstorable_reason(exc: Exception) -> str | None:
 
 def take_batch(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     poison: PoisonQueue | None,
     records: Sequence[tuple[str, dict[str, Any] | None]],
@@ -124,10 +125,10 @@ def take_batch(
     taken: list[Taken] = []
     for (body, attributes), order in zip(records, parsed, strict=True):
         outcome = order if isinstance(order, MalformedMessage) else next(decisions)
-        if isinstance(order, OrderMessage) and isinstance(outcome, Decision):
-            taken.append(Decided(order, outcome))
-        else:
+        if isinstance(outcome, Exception):
             taken.append(_set_aside(poison, body, attributes, outcome))
+        else:  # a decision: the record is an order
+            taken.append(Decided(cast(OrderMessage, order), outcome))
     return taken
 
 

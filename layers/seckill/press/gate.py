@@ -7,9 +7,9 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient, RedisPipeline
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts
 
@@ -76,7 +76,7 @@ class Unsent:
 class Gate:
     def __init__(
         self,
-        redis: Any,
+        redis: RedisClient,
         scripts: Scripts,
         refusal_cache_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -133,7 +133,7 @@ class Gate:
         gone (the persister already decided the order)."""
         return bool(self.scripts.promise(keys=[keys.pending(voucher_id)], args=[user_id, order_id]))
 
-    def promise_in(self, pipe: Any, voucher_id: int, user_id: int, order_id: int) -> None:
+    def promise_in(self, pipe: RedisPipeline, voucher_id: int, user_id: int, order_id: int) -> None:
         """``promise`` queued on a pipeline: its reply, 1 or 0, comes with the others; a
         NoScriptError there means Redis lost the script, and ``promise`` loads it again."""
         # A plain command: redis-py's cluster pipeline refuses its evalsha() method,

@@ -16,6 +16,7 @@ from seckill import hints
 from seckill.hints import CONFIRMED, FAILED, PENDING
 from seckill.ids import next_order_id
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def place_order(
-    gate: Gate, redis: Any, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
+    gate: Gate, redis: RedisClient, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
 ) -> int | Refusal:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
@@ -56,7 +57,7 @@ def place_order(
         return REFUSALS[ENDED]
     # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
-    if resumed:
+    if reservation.order_id is not None:
         order_id = reservation.order_id
     else:
         attached = _attach_new_id(gate, redis, reservation)
@@ -73,7 +74,7 @@ def place_order(
     raise TryAgain("the order could not be queued, please try again")
 
 
-def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int | Refusal:
+def _attach_new_id(gate: Gate, redis: RedisClient, reservation: Reservation) -> int | Refusal:
     try:
         order_id = next_order_id(redis)
         attached = gate.attach(reservation, order_id)
@@ -88,7 +89,7 @@ def _attach_new_id(gate: Gate, redis: Any, reservation: Reservation) -> int | Re
     return order_id
 
 
-def _promise(gate: Gate, redis: Any, m: OrderMessage, status_ttl: int) -> None:
+def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -> None:
     """Tell reconciliation the client holds a 202, and write the PENDING status hint
     the client's polls read, in one pipelined round trip. Neither can undo the 202: if
     Redis cannot be told and the message never arrived, reconciliation fails the
@@ -154,7 +155,7 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
     raise TryAgain("the sale is being restored, please try again")
 
 
-def _cache_complete(redis: Any) -> bool:
+def _cache_complete(redis: RedisClient) -> bool:
     """False when Redis lost its data (or cannot say): a hint may have been lost with it."""
     try:
         return bool(redis.exists(keys.loaded()))
@@ -162,7 +163,7 @@ def _cache_complete(redis: Any) -> bool:
         return False
 
 
-def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
+def order_status(db: Database, redis: RedisClient, order_id: int, user_id: int) -> dict[str, Any]:
     """A final status (CONFIRMED/FAILED) comes from the hint the persister wrote after
     MySQL committed it, or from MySQL itself; PENDING only from the hint, when MySQL
     has not decided yet or cannot be asked.
@@ -189,7 +190,7 @@ def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[
             (order_id, user_id),
         )
         row = cursor.fetchone()
-        return row, FAILED, row and row["reason"]
+        return row, FAILED, row["reason"] if row else None
 
     try:
         row, status, reason = db.run(lookup, read_only=True)

@@ -28,13 +28,14 @@ from typing import Any
 from pymysql.cursors import DictCursor
 
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import fail_unqueued
 from seckill.press.gate import Gate, Mark, Reservation
-from seckill.repair.restore import Restored, restore, voucher_ids_on_sale
+from seckill.repair.restore import Mode, Restored, restore, voucher_ids_on_sale
 
 # A reservation younger than this may still belong to a live request: API Gateway
 # gives up on a request after 30 s, so an operator may not go below that.
@@ -106,7 +107,7 @@ def decided_orders(db: Database, order_ids: list[int]) -> set[int]:
 
 def resolve_pending(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     gate: Gate,
     queue: OrderQueue,
     voucher_id: int,
@@ -146,7 +147,7 @@ def resolve_pending(
 
 def reconcile(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     queue: OrderQueue,
     *,
@@ -175,7 +176,7 @@ def reconcile(
             result.missing = True
             continue
         resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
-        mode = "repair" if drained and repair else "check"
+        mode: Mode = "repair" if drained and repair else "check"
         result.drift = restore(db, scripts, voucher_id, mode)
         result.repaired = bool(result.drift and result.drift.applied and result.drift.drifted)
     return Reconciled(drained, results)

@@ -33,6 +33,7 @@ from redis.exceptions import LockError
 from seckill import hints
 from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
 from seckill.infra import keys
+from seckill.infra.clients import RedisClient
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
@@ -53,7 +54,9 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
             " COALESCE((SELECT MAX(order_id & %s) FROM tb_voucher_order_rejection WHERE order_id >= %s), 0)) AS seq",
             (SEQUENCE_MASK, first_id, SEQUENCE_MASK, first_id),
         )
-        return int(cursor.fetchone()["seq"])
+        row = cursor.fetchone()
+        assert row is not None  # an aggregate answers one row
+        return int(row["seq"])
 
     floor = db.run(read, read_only=True)
     return int(scripts.counter_floor(keys=[keys.order_counter(now)], args=[floor]))
@@ -61,7 +64,7 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
 
 def rebuild_voucher(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     voucher_id: int,
     mode: Mode,
@@ -80,7 +83,7 @@ def rebuild_voucher(
 
 def rebuild(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     *,
     dead_letters: Sequence[OrderMessage],
@@ -102,7 +105,7 @@ REBUILD_LOCK_SECONDS = 120
 
 
 @contextmanager
-def rebuilding(redis: Any, *, wait: float) -> Iterator[bool]:
+def rebuilding(redis: RedisClient, *, wait: float) -> Iterator[bool]:
     """One rebuild at a time: reading the dead-letter queue hides its messages from
     every other reader while it reads, so two rebuilds at once would each see
     part of it and both defer. Yields whether this one may go ahead."""
@@ -146,7 +149,7 @@ def some_voucher_missing(db: Database, scripts: Scripts) -> bool:
 
 def recover_if_lost(
     db: Database,
-    redis: Any,
+    redis: RedisClient,
     scripts: Scripts,
     sqs: Any,
     settings: Settings,

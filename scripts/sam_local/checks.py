@@ -19,13 +19,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from scripts.sam_local.docker_host import DockerHost, free_port
+from scripts.sam_local.docker_host import DockerHost
 from scripts.sam_local.progress import CheckFailed, Progress
 from scripts.sam_local.sam import SamCli, SamServer
 from scripts.sam_local.sandbox import Sandbox
 from seckill.infra import keys
 from seckill.migrate import statements
-from seckill_local.template import ROOT
+from seckill_local.checkout import ROOT
+from seckill_local.ports import free_port
 
 EVENTS = ROOT / "events"
 API = "SeckillApiFunction"

@@ -23,8 +23,9 @@ from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database, connect
 from seckill.migrate import migrate
-from seckill_demo.stack import free_port, preflight
+from seckill_demo.stack import preflight
 from seckill_local.lambdas import function_environment, local_parameters
+from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 

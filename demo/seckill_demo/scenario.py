@@ -31,10 +31,10 @@ from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.repair.reconcile import reconcile
 from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
+from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, Chaos
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
-from seckill_demo.sigv4 import AdminClient
 from seckill_demo.stack import LocalStack
 from seckill_local.sqs import sqs_client
 

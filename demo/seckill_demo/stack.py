@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ from redis.exceptions import RedisError
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials
+from seckill_local.ports import free_port
 from seckill_local.sqs import sqs_client
 
 START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
 START_MARIADB = (
     "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd  (or: systemctl start mariadb)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalStack:

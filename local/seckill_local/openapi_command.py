@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from seckill import openapi
+from seckill_local.checkout import ROOT
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS
-from seckill_local.template import ROOT, Template
+from seckill_local.template import Template
 
 DOCUMENT = ROOT / "docs" / "openapi.json"
 EVENTS = ROOT / "events"

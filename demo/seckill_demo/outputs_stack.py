@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import json
 
+from seckill_ops.stack_outputs import MINTER_FUNCTION_NAME, QUEUE_URLS
+
 MINTER = "TokenMinterFunction"
 
 
 def outputs_template(queues: dict[str, str], minter: bool = True) -> str:
     """The stack's template: the queues' URLs (by logical id) and, with ``minter``,
     TokenMinterFunction's name as a local Invoke API knows it."""
-    outputs = {
-        "OrderQueueUrl": queues["OrderQueue"],
-        "OrderDeadLetterQueueUrl": queues["OrderDeadLetterQueue"],
-        "OrderPoisonQueueUrl": queues["OrderPoisonQueue"],
-    } | ({"TokenMinterFunctionName": MINTER} if minter else {})
+    outputs = {output: queues[queue] for queue, output in QUEUE_URLS.items()}
+    if minter:
+        outputs[MINTER_FUNCTION_NAME] = MINTER
     return json.dumps(
         {
             "Resources": {"Alarms": {"Type": "AWS::SNS::Topic"}},

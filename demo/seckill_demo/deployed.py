@@ -25,17 +25,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.progress import Progress
 
 from seckill.messages import queue_depth
+from seckill_demo.admin_client import AdminClient
 from seckill_demo.load import TOKEN_TTL, Press, promised
 from seckill_demo.report import NOT_CHECKED_FROM_OUTSIDE, Check, Report, check_from_outside
 from seckill_demo.scenario import Sale, console, finish, progress_bars
-from seckill_demo.sigv4 import AdminClient
+from seckill_ops.stack_outputs import MINTER_FUNCTION_NAME, QUEUE_URLS
 
-QUEUE_OUTPUTS = {
-    "OrderQueue": "OrderQueueUrl",
-    "OrderDeadLetterQueue": "OrderDeadLetterQueueUrl",
-    "OrderPoisonQueue": "OrderPoisonQueueUrl",
-}
-MINTER_OUTPUT = "TokenMinterFunctionName"
 MINT_BATCH = 10_000  # the most users TokenMinterFunction takes per invocation
 DECIDED = {"CONFIRMED", "FAILED"}
 ENDED_WITHIN = 10.0  # seconds: a warm API function repeats a cached SOLD_OUT for a while after the stop
@@ -56,15 +51,15 @@ def stack_outputs(cfn: Any, stack_name: str) -> dict[str, str]:
 class DeployedSale(Sale):
     def __init__(self, args: argparse.Namespace, http: urllib3.PoolManager, session: boto3.Session) -> None:
         outputs = stack_outputs(session.client("cloudformation"), args.stack_name)
-        missing = [key for key in (*QUEUE_OUTPUTS.values(), MINTER_OUTPUT) if key not in outputs]
+        missing = [key for key in (*QUEUE_URLS.values(), MINTER_FUNCTION_NAME) if key not in outputs]
         if missing:
-            hint = " (deploy it with EnableTestTokens=true)" if MINTER_OUTPUT in missing else ""
+            hint = " (deploy it with EnableTestTokens=true)" if MINTER_FUNCTION_NAME in missing else ""
             raise StackError(f"stack {args.stack_name!r} has no output {', '.join(missing)}{hint}")
-        queues = {queue: outputs[key] for queue, key in QUEUE_OUTPUTS.items()}
+        queues = {queue: outputs[key] for queue, key in QUEUE_URLS.items()}
         api_url = args.endpoint.rstrip("/")
         super().__init__(args, api_url, http, AdminClient(http, api_url, session), session.client("sqs"), queues)
         self.lambda_client = session.client("lambda")
-        self.minter = outputs[MINTER_OUTPUT]
+        self.minter = outputs[MINTER_FUNCTION_NAME]
 
     def mint(self, user_ids: range) -> dict[int, str]:
         """Login tokens from the stack's TokenMinterFunction."""

@@ -31,8 +31,8 @@ from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, 
 from seckill_demo.load import TOKEN_TTL, Press
 from seckill_demo.proxy import LossyProxy
 from seckill_demo.report import Fault
-from seckill_demo.stack import free_port
 from seckill_local.lambdas import WORKER_HOOK
+from seckill_local.ports import free_port
 
 if TYPE_CHECKING:
     from seckill_demo.scenario import LocalSale

@@ -1,0 +1,15 @@
+"""The outputs of a deployed stack that the tools read, named once (template.yaml's Outputs)."""
+
+from __future__ import annotations
+
+ORDER_QUEUE_URL = "OrderQueueUrl"
+DLQ_URL = "OrderDeadLetterQueueUrl"
+POISON_QUEUE_URL = "OrderPoisonQueueUrl"
+MINTER_FUNCTION_NAME = "TokenMinterFunctionName"  # present only with EnableTestTokens=true
+
+# A queue's logical id in the template -> the output holding its URL.
+QUEUE_URLS = {
+    "OrderQueue": ORDER_QUEUE_URL,
+    "OrderDeadLetterQueue": DLQ_URL,
+    "OrderPoisonQueue": POISON_QUEUE_URL,
+}
