@@ -279,6 +279,18 @@ def status_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
     return as_user(with_path(event, f"/voucher-order/{order_id}", orderId=str(order_id)), user_id)
 
 
+def payment_event(order_id: int | str, payment_id: str = "pay-1", **changes: Any) -> dict[str, Any]:
+    """The payment service's payment of an order (signed: the IAM context is the sample's)."""
+    changes.setdefault("body", json.dumps({"paymentId": payment_id}))
+    event = load_event("seckill_api_payment.json", **changes)
+    return with_path(event, f"/voucher-order/{order_id}/payment", orderId=str(order_id))
+
+
+def cancel_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_cancel.json")
+    return as_user(with_path(event, f"/voucher-order/{order_id}/cancel", orderId=str(order_id)), user_id)
+
+
 def list_event(shop_id: int | str) -> dict[str, Any]:
     return with_path(load_event("seckill_api_list_vouchers.json"), f"/voucher/list/{shop_id}", shopId=str(shop_id))
 

@@ -21,6 +21,7 @@ from seckill.infra.errors import BadRequest, NotFound
 from seckill.infra.timeutil import ISO_PATTERN, from_db, iso, parse_iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 # How long the keys of a preload whose creation never committed linger.
 PROVISIONAL_TTL = 3600
@@ -35,6 +36,8 @@ PAGE_SIZE, MAX_PAGE_SIZE = 20, 100  # vouchers in a page of the list: by default
 # The list's ``limit``: 1 to MAX_PAGE_SIZE in decimal digits (leading zeros allowed).
 PAGE_SIZE_PATTERN = "^0*(?:[1-9][0-9]?|100)$"
 Money = Annotated[int, Field(ge=0, le=10**12)]
+# How long a confirmed order stays payable (docs/holds.md): by default, at least, at most.
+HOLD_SECONDS, MIN_HOLD_SECONDS, MAX_HOLD_SECONDS = 900, 10, 86_400
 
 
 def _time(value: Any) -> datetime:
@@ -88,26 +91,32 @@ class VoucherIn(BaseModel):
 
 
 class SeckillVoucherIn(VoucherIn):
-    """The body of ``POST /voucher/seckill``: a voucher plus stock and sale window. The window's
+    """The body of ``POST /voucher/seckill``: a voucher plus stock, sale window and hold. The window's
     end is after its begin and not yet passed, and both times fall within the years 1 to 9999 in UTC."""
 
     type: SeckillType = SECKILL
     stock: Annotated[int, Field(gt=0, le=10_000_000)]
     begin_time: LocalTime
     end_time: LocalTime
+    hold_seconds: Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)] = HOLD_SECONDS
+
+
+def parse_model(body: str | None, model: type[M]) -> M:
+    """Validate a JSON body; the first offending field is named in the 400."""
+    try:
+        return model.model_validate_json(body or "")
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "body"
+        raise BadRequest(f"{field}: {error['msg']}") from None
 
 
 V = TypeVar("V", bound=VoucherIn)
 
 
 def parse_voucher(body: str | None, model: type[V], zone: tzinfo) -> V:
-    """Validate a JSON body; the first offending field is named in the 400."""
-    try:
-        voucher = model.model_validate_json(body or "")
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "body"
-        raise BadRequest(f"{field}: {error['msg']}") from None
+    """Validate a voucher's JSON body; the first offending field is named in the 400."""
+    voucher = parse_model(body, model)
     expected = SECKILL if model is SeckillVoucherIn else ORDINARY
     if voucher.type != expected:
         raise BadRequest(f"type: must be {expected} on this route")
@@ -160,8 +169,9 @@ def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVou
         cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
         voucher_id = int(cursor.lastrowid)
         cursor.execute(
-            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (%s, %s, %s, %s)",
-            (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time)),
+            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time, hold_seconds)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time), voucher.hold_seconds),
         )
         # Only when this is the one voucher the gate may need is the cache complete with
         # it; otherwise Redis may have lost others, and recovery or reconciliation says so.
@@ -195,13 +205,15 @@ def preload(
 ) -> None:
     """Write the gate's view of a fresh voucher in one MULTI (one slot, thanks to the hash tag).
 
-    Buyers and pending marks are reset: an id reused after a database was
+    Buyers, pending marks and returned orders are reset: an id reused after a database was
     recreated must not inherit an old sale's buyers. A ``provisional`` preload is
     not sold by the gate and expires unless ``make_final`` follows.
     """
     window: dict[str, int] = {"begin": to_ms(begin), "end": to_ms(end)}
     with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id))
+        pipe.delete(
+            keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id), keys.returned(voucher_id)
+        )
         pipe.set(keys.stock(voucher_id), stock, ex=PROVISIONAL_TTL if provisional else None)
         pipe.hset(keys.window(voucher_id), mapping={**window, "provisional": 1} if provisional else window)
         if provisional:
@@ -232,13 +244,13 @@ class Page:
 
 
 def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: int = 0) -> Page:
-    """A page of a shop's vouchers on sale, by id (seckill ones with their stock and
-    window): the first ``limit`` whose id is above ``after``."""
+    """A page of a shop's vouchers on sale, by id (seckill ones with their stock, window
+    and hold): the first ``limit`` whose id is above ``after``."""
 
     def select(cursor: DictCursor) -> list[dict[str, Any]]:
         cursor.execute(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, v.type, v.status,"
-            " sv.stock, sv.begin_time, sv.end_time"
+            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds"
             " FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
             " WHERE v.shop_id = %s AND v.status = %s AND v.id > %s ORDER BY v.id LIMIT %s",
             (shop_id, ON_SALE, after, limit + 1),  # one more says whether a next page exists
@@ -260,6 +272,7 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
             "stock": r["stock"],
             "beginTime": iso(from_db(r["begin_time"])),
             "endTime": iso(from_db(r["end_time"])),
+            "holdSeconds": r["hold_seconds"],
         }
         for r in rows[:limit]
     ]

@@ -531,7 +531,13 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
 
 def test_admin_routes_are_iam_authorized(template: Template) -> None:
     auth = {(route.method, route.path): route.auth for route, _ in template.routes()}
-    for admin in ("/voucher", "/voucher/seckill", "/voucher/seckill/{voucherId}/stop"):
+    # The payment service's route too: it calls as the admin client does, signed.
+    for admin in (
+        "/voucher",
+        "/voucher/seckill",
+        "/voucher/seckill/{voucherId}/stop",
+        "/voucher-order/{orderId}/payment",
+    ):
         assert auth[("POST", admin)] == "AWS_IAM", admin
     stop = next(route for route, _ in template.routes() if route.path.endswith("/stop"))
     assert stop.match("POST", "/voucher/seckill/42/stop") == {"voucherId": "42"}
