@@ -5,6 +5,8 @@ from __future__ import annotations
 ORDER_QUEUE_URL = "OrderQueueUrl"
 DLQ_URL = "OrderDeadLetterQueueUrl"
 POISON_QUEUE_URL = "OrderPoisonQueueUrl"
+EXPIRY_QUEUE_URL = "OrderExpiryQueueUrl"
+EXPIRY_DLQ_URL = "OrderExpiryDeadLetterQueueUrl"
 MINTER_FUNCTION_NAME = "TokenMinterFunctionName"  # present only with EnableTestTokens=true
 
 # A queue's logical id in the template -> the output holding its URL.
@@ -12,4 +14,12 @@ QUEUE_URLS = {
     "OrderQueue": ORDER_QUEUE_URL,
     "OrderDeadLetterQueue": DLQ_URL,
     "OrderPoisonQueue": POISON_QUEUE_URL,
+    "OrderExpiryQueue": EXPIRY_QUEUE_URL,
+    "OrderExpiryDeadLetterQueue": EXPIRY_DLQ_URL,
+}
+
+# seckill-dlq-replay --queues: the outputs naming (the queue, its dead-letter queue).
+REPLAYABLE = {
+    "orders": (ORDER_QUEUE_URL, DLQ_URL),
+    "expiries": (EXPIRY_QUEUE_URL, EXPIRY_DLQ_URL),
 }

@@ -49,6 +49,8 @@ def test_template_routes_with_their_auth(template: Template) -> None:
     assert seckill.match("POST", "/voucher-order/seckill/") is None
     status = by_path["/voucher-order/{orderId}"]
     assert status.match("GET", "/voucher-order/seckill/42") is None
+    assert status.match("GET", "/voucher-order/42/payment") is None
+    assert by_path["/voucher-order/{orderId}/cancel"].match("POST", "/voucher-order/42/cancel") == {"orderId": "42"}
     assert by_path["/voucher"].match("POST", "/voucher/seckill") is None
 
 
