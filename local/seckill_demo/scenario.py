@@ -32,6 +32,7 @@ from seckill.repair.reconcile import reconcile
 from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.chaos import MALFORMED, Chaos
+from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
 from seckill_demo.sigv4 import AdminClient
@@ -91,6 +92,7 @@ class Sale:
                 "beginTime": (now - timedelta(seconds=5)).isoformat(),
                 "endTime": (now + timedelta(hours=1)).isoformat(),
             }
+            | ({} if self.args.hold is None else {"holdSeconds": self.args.hold})
         )
 
     def fire(
@@ -263,12 +265,17 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
-    with progress_bars() as progress:
+    holds_on = bool(args.no_show or args.cancel)
+    with progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         reconciled: Counter[str] = Counter()
         if sale.chaos is not None:
             presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled)
         else:
             presses, wall = sale.fire(tokens, progress)
+        sampler.mark("wave 1 ends")
+        run = HoldsRun(sale, sampler) if holds_on else None
+        if run is not None:
+            run.settle(presses, tokens, wave=1)  # winners pay as their orders are stored, while the queue drains
         # A press that resumed an earlier press's order is answered with the same id.
         accepted = len(promised(presses))
         drained = sale.wait_drained(progress, "draining the queue")
@@ -280,17 +287,24 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         before = decided(sale.db, sale.voucher_id)
         redelivered = sale.redeliver(presses)
         drained = drained and sale.wait_drained(progress, "re-delivered", need_decided=accepted)
-    after = decided(sale.db, sale.voucher_id)
+        after = decided(sale.db, sale.voucher_id)
+        if run is not None:
+            run.waves(progress, presses, tokens)
+    plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
+    plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
     poisoned = sale.poisoned() if sale.chaos is not None else []
+    statuses = sale.statuses(presses, tokens)
+    held = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id) if run is not None else None
     checks = check_invariants(
         outcome,
         presses,
-        Counter(status for status, _ in sale.statuses(presses, tokens).values()),
+        Counter(status for status, _ in statuses.values()),
         stock=args.stock,
-        users=args.users,
+        users=len(tokens),
         chaos=sale.chaos is not None,
+        closed=0 if held is None else held.closed,
     )
     checks.insert(0, Check("queue drained", drained, f"within {args.drain_timeout:.0f} s per phase"))
     checks.append(
@@ -310,10 +324,11 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
                 f"{len(MALFORMED)} malformed injected; DLQ {dlq[0]} -> {dlq[1]}",
             )
         )
+    confirmed, failed = decided(sale.db, sale.voucher_id)  # with the later waves' orders
     report = Report(
         **sale.figures(presses, wall),
-        confirmed=after[0],
-        failed=after[1],
+        confirmed=confirmed,
+        failed=failed,
         failed_reasons=sale.failed_reasons(),
         redis_stock=outcome.redis_stock,
         mysql_stock=outcome.mysql_stock,
@@ -321,5 +336,9 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         reconciliation=dict(reconciled),
         checks=checks,
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
+        plot=plot,
     )
+    if run is not None and held is not None:
+        report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
+        report.holds = run.holds.figures(held)
     return finish(report, args)
