@@ -14,7 +14,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,10 @@ from rich.progress import Progress
 
 from seckill.infra import keys
 from seckill.infra.db import Database
+from seckill.messages import queue_depth
+from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.tokens import mint_tokens
+from seckill_demo.chaos import EXPIRY_QUEUE, RECONCILE_EVERY
 from seckill_demo.faults import rng
 from seckill_demo.load import TOKEN_TTL, Press, promised
 from seckill_demo.report import Check
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 MIN_HOLD, MAX_HOLD, DEFAULT_HOLD = 10, 86_400, 900  # the contract's holdSeconds
 SAMPLE_EVERY = 0.1  # seconds between two samples of Redis stock
 SAME_PAYMENT_AGAIN = 0.1  # share of payments sent twice with the same paymentId: the second changes nothing
+RACING = {"pay": 0.15, "cancel": 0.5}  # chaos: share of wave 1's payments and cancels sent at the deadline
 # What the status route says of an order once MySQL holds it, by tb_voucher_order.status (4: close_reason).
 STATES = {1: "CONFIRMED", 2: "PAID"}
 
@@ -55,6 +59,7 @@ class Holds:
     """Everything the holds of one sale did, for the report and the checks."""
 
     fates: Counter[str] = field(default_factory=Counter)  # pay / cancel / no-show, over every wave
+    racing: Counter[str] = field(default_factory=Counter)  # chaos: payments and cancels sent at the deadline
     answers: list[Answer] = field(default_factory=list)
     waves: int = 1
     resold: int = 0  # units bought by waves after the first
@@ -101,6 +106,23 @@ class Payer:
         url = f"{self.api_url}/voucher-order/{order_id}/cancel"
         response = self.http.request("POST", url, headers={"authorization": token})
         return answer(order_id, "cancel", response.status, json.loads(response.data) if response.data else None)
+
+    def at_deadline(self, order_id: int, action: str, token: str, *, patience: float, late: float) -> list[Answer]:
+        """Pay or cancel ``late`` seconds after the order's payBy (before it, if negative):
+        racing the deadline, and the expiry running at it."""
+        url = f"{self.api_url}/voucher-order/{order_id}"
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            response = self.http.request("GET", url, headers={"authorization": token})
+            data = json.loads(response.data).get("data") if response.status == 200 else None
+            if isinstance(data, dict) and data.get("payBy"):
+                wait = (parse_time(data["payBy"]) - datetime.now(UTC)).total_seconds() + late
+                time.sleep(max(0.0, wait))
+                break
+            if isinstance(data, dict) and data.get("status") != "PENDING":
+                break  # decided otherwise (failed): the action is answered so
+            time.sleep(0.2)
+        return self.settle(order_id, action, token, patience=patience)
 
     def settle(self, order_id: int, action: str, token: str, *, patience: float, again: bool = False) -> list[Answer]:
         """Pay (``again``: twice with the same paymentId) or cancel; 503 TRY_AGAIN and 409
@@ -199,6 +221,7 @@ class HoldsOutcome:
     paid_late: int  # paid orders with pay_time > pay_by
     paid_closed: int  # paid orders that also have a close reason
     unpaid_without_deadline: int  # confirmed orders with no pay_by
+    expired_early: int  # expired orders closed before their pay_by (update_time: when the row last changed)
     returned: int  # size of seckill:returned:{v}
     mysql_stock: int
     redis_stock: int | None
@@ -214,7 +237,8 @@ class HoldsOutcome:
             cursor.execute(
                 "SELECT COALESCE(SUM(status = 2 AND pay_time > pay_by), 0) AS late,"
                 " COALESCE(SUM(status = 2 AND close_reason IS NOT NULL), 0) AS closed,"
-                " COALESCE(SUM(status = 1 AND pay_by IS NULL), 0) AS undated"
+                " COALESCE(SUM(status = 1 AND pay_by IS NULL), 0) AS undated,"
+                " COALESCE(SUM(close_reason = 'EXPIRED' AND update_time < pay_by), 0) AS early"
                 " FROM tb_voucher_order WHERE voucher_id = %s",
                 (voucher_id,),
             )
@@ -229,6 +253,7 @@ class HoldsOutcome:
             odd["late"],
             odd["closed"],
             odd["undated"],
+            odd["early"],
             int(redis.scard(keys.returned(voucher_id))),
             mysql_stock,
             None if stock is None else int(stock),
@@ -277,6 +302,11 @@ def check_holds(outcome: HoldsOutcome, holds: Holds, statuses: dict[int, str], *
             f"MySQL stock {outcome.mysql_stock}",
         ),
         Check(
+            "no order expired before its deadline",
+            outcome.expired_early == 0,
+            f"{outcome.expired_early} expired orders closed before their payBy",
+        ),
+        Check(
             "no paid order expired, none paid after its deadline",
             outcome.paid_closed == 0 and outcome.paid_late == 0 and outcome.unpaid_without_deadline == 0,
             f"{outcome.paid_closed} paid and closed, {outcome.paid_late} paid after pay_by, "
@@ -316,30 +346,38 @@ class HoldsRun:
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="payer")
         self.running: list[Future[list[Answer]]] = []
         self.later_waves: set[int] = set()  # order ids of the waves after the first
+        self.reconciled: Counter[str] = Counter()  # chaos: reconciliation passes while the holds resolve
 
     def settle(self, presses: list[Press], tokens: dict[int, str], wave: int) -> None:
         """Start every winner of the wave on its fate: wave 1's drawn from --no-show and
         --cancel, later waves' all pay."""
         orders = dict(promised(presses))
-        if wave == 1:
-            fates = draw_fates(list(orders), self.args.no_show, self.args.cancel, self.args.seed, wave)
+        chaos, seed, patience = self.sale.chaos, self.args.seed, self.args.drain_timeout
+        if wave > 1:
+            self.later_waves.update(orders)
+        # A chaos run's second wave has no-shows too: their deadlines pass while the expiry consumer is down.
+        if wave == 1 or (chaos is not None and wave == 2):
+            fates = draw_fates(list(orders), self.args.no_show, self.args.cancel, seed, wave)
         else:
             fates = dict.fromkeys(orders, "pay")
-            self.later_waves.update(orders)
-        again = rng(self.args.seed, "same-payment", wave)
+        again, racing = rng(seed, "same-payment", wave), rng(seed, "racing", wave)
         self.holds.fates.update(fates.values())
         for order_id, fate in sorted(fates.items()):
-            if fate != "no-show":
-                self.running.append(
-                    self.pool.submit(
-                        self.payer.settle,
-                        order_id,
-                        fate,
-                        tokens[orders[order_id]],
-                        patience=self.args.drain_timeout,
-                        again=again.random() < SAME_PAYMENT_AGAIN,
-                    )
-                )
+            token = tokens[orders[order_id]]
+            if fate == "no-show":
+                continue
+            if chaos is not None and wave == 1 and racing.random() < RACING[fate]:
+                self.holds.racing[fate] += 1
+                late = racing.uniform(-0.3, 0.3)
+                job = self.pool.submit(self.payer.at_deadline, order_id, fate, token, patience=patience, late=late)
+            else:
+                again_too = again.random() < SAME_PAYMENT_AGAIN
+                job = self.pool.submit(self.payer.settle, order_id, fate, token, patience=patience, again=again_too)
+            self.running.append(job)
+        if chaos is not None and wave == 1:
+            # Early (due now, long before the deadline) and duplicated: the function re-delays them.
+            early = {o: (u, datetime.now(UTC)) for o, u in orders.items() if racing.random() < 0.25}
+            chaos.send_expiries(self.sale, early, "expiry-early", copies=2)
 
     def collect(self) -> None:
         """Wait for every payment and cancel started so far."""
@@ -351,16 +389,39 @@ class HoldsRun:
         """Until no hold is outstanding and every closed order's unit is back on sale
         (the deadlines are at most --hold away: every order of the wave is stored)."""
         self.collect()
-        sale = self.sale
+        sale, chaos = self.sale, self.sale.chaos
         task = progress.add_task(what, total=None)
         deadline = time.monotonic() + (self.args.hold or DEFAULT_HOLD) + self.args.drain_timeout
-        while True:
-            outcome = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id)
-            progress.update(task, completed=outcome.count("PAID") + outcome.closed)
-            if outcome.resolved() or time.monotonic() > deadline:
-                progress.update(task, total=len(outcome.states))
-                return outcome
+        reconciled = time.monotonic()
+        with contextlib.nullcontext() if chaos is None else chaos.losing_replies():
+            while True:
+                outcome = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id)
+                progress.update(task, completed=outcome.count("PAID") + outcome.closed)
+                if outcome.resolved() or time.monotonic() > deadline:
+                    progress.update(task, total=len(outcome.states))
+                    break
+                if chaos is not None and time.monotonic() - reconciled > RECONCILE_EVERY:
+                    # ReconcilerFunction's schedule: it repairs a return Redis lost.
+                    self.reconciled.update(sale.reconcile(pending_age=MIN_PENDING_AGE))
+                    reconciled = time.monotonic()
+                time.sleep(0.25)
+        return outcome
+
+    def late_expiries(self, progress: Progress, presses: list[Press]) -> None:
+        """A chaos run's end: duplicated expiry messages long after every hold was decided
+        (paid, expired or cancelled): they change nothing."""
+        sale, chaos = self.sale, self.sale.chaos
+        assert chaos is not None
+        draws = rng(self.args.seed, "late-expiries")
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        late = {o: (u, past) for o, u in sorted(promised(presses)) if draws.random() < 0.25}
+        chaos.send_expiries(sale, late, "expiry-late", copies=2)
+        url = sale.sqs.get_queue_url(QueueName=EXPIRY_QUEUE)["QueueUrl"]
+        task = progress.add_task("late expiry copies", total=None)
+        deadline = time.monotonic() + self.args.drain_timeout
+        while queue_depth(sale.sqs, url) and time.monotonic() < deadline:
             time.sleep(0.25)
+        progress.update(task, total=1, completed=1)
 
     def waves(self, progress: Progress, presses: list[Press], tokens: dict[int, str]) -> None:
         """Waves of new users after the deadlines, until every unit is paid or --waves is reached;
@@ -392,6 +453,13 @@ class HoldsRun:
             presses.extend(more)
             tokens.update(fresh)
             sale.wait_drained(progress, f"wave {wave}: persisting", need_decided=len(promised(presses)))
+            if sale.chaos is not None and wave == 2:
+                self.sampler.mark("expiry down, Redis lost")
+                sale.chaos.outage(sale, tokens, (args.hold or DEFAULT_HOLD) + 2)
+                self.sampler.mark("expiry back")
+        if sale.chaos is not None:
+            self.late_expiries(progress, presses)
+            outcome = self.wait_resolved("after late expiries", progress)
         self.holds.waves = wave
         self.holds.resold = sum(outcome.states.get(i) == "PAID" for i in self.later_waves)
         self.pool.shutdown()

@@ -339,6 +339,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         plot=plot,
     )
     if run is not None and held is not None:
+        report.reconciliation = dict(reconciled + run.reconciled)
+        if sale.chaos is not None:
+            answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)
+            report.faults.extend(sale.chaos.holds_faults(run.holds, answers))
         report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
         report.holds = run.holds.figures(held)
     return finish(report, args)
