@@ -288,6 +288,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         redelivered = sale.redeliver(presses)
         drained = drained and sale.wait_drained(progress, "re-delivered", need_decided=accepted)
         after = decided(sale.db, sale.voucher_id)
+        rush = list(presses)  # the report's press figures are the first wave's
         if run is not None:
             run.waves(progress, presses, tokens)
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
@@ -326,7 +327,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         )
     confirmed, failed = decided(sale.db, sale.voucher_id)  # with the later waves' orders
     report = Report(
-        **sale.figures(presses, wall),
+        **sale.figures(rush, wall),
         confirmed=confirmed,
         failed=failed,
         failed_reasons=sale.failed_reasons(),
@@ -338,7 +339,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
         plot=plot,
     )
-    if run is not None and held is not None:
+    if held is not None and run is not None:
         report.reconciliation = dict(reconciled + run.reconciled)
         if sale.chaos is not None:
             answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)
