@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS tb_seckill_voucher (
   create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   begin_time   DATETIME(3)     NOT NULL COMMENT 'sale opens (UTC)',
   end_time     DATETIME(3)     NOT NULL COMMENT 'sale closes (UTC)',
+  hold_seconds INT             NOT NULL DEFAULT 900 COMMENT 'how long a confirmed order stays payable',
   update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
   PRIMARY KEY (voucher_id),
   CONSTRAINT ck_stock_non_negative CHECK (stock >= 0)
@@ -35,7 +36,10 @@ CREATE TABLE IF NOT EXISTS tb_voucher_order (
   pay_type     TINYINT UNSIGNED NOT NULL DEFAULT 1 COMMENT '1 balance, 2 alipay, 3 wechat',
   status       TINYINT UNSIGNED NOT NULL DEFAULT 1 COMMENT '1 unpaid, 2 paid, 3 used, 4 cancelled, 5 refunding, 6 refunded',
   create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) COMMENT 'when the gate accepted it',
+  pay_by       DATETIME(3)     NULL     COMMENT 'payment deadline (UTC): stored + the voucher hold',
   pay_time     DATETIME(3)     NULL,
+  payment_id   VARCHAR(64)     NULL     COMMENT 'the payment that paid it',
+  close_reason VARCHAR(16)     NULL     COMMENT 'EXPIRED or CANCELLED when status = 4',
   use_time     DATETIME(3)     NULL,
   refund_time  DATETIME(3)     NULL,
   update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),

@@ -33,6 +33,8 @@ PAGE_SIZE, MAX_PAGE_SIZE = 20, 100  # vouchers in a page of the list: by default
 # The list's ``limit``: 1 to MAX_PAGE_SIZE in decimal digits (leading zeros allowed).
 PAGE_SIZE_PATTERN = "^0*(?:[1-9][0-9]?|100)$"
 Money = Annotated[int, Field(ge=0, le=10**12)]
+# How long a confirmed order stays payable (docs/holds.md): by default, at least, at most.
+HOLD_SECONDS, MIN_HOLD_SECONDS, MAX_HOLD_SECONDS = 900, 10, 86_400
 
 
 def _time(value: Any) -> datetime:
@@ -93,6 +95,7 @@ class SeckillVoucherIn(VoucherIn):
     stock: Annotated[int, Field(gt=0, le=10_000_000)]
     begin_time: LocalTime
     end_time: LocalTime
+    hold_seconds: Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)] = HOLD_SECONDS
 
 
 def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> VoucherIn:
@@ -155,8 +158,9 @@ def create_seckill_voucher(db: Database, redis: Any, voucher: SeckillVoucherIn) 
         cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
         voucher_id = int(cursor.lastrowid)
         cursor.execute(
-            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time) VALUES (%s, %s, %s, %s)",
-            (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time)),
+            "INSERT INTO tb_seckill_voucher (voucher_id, stock, begin_time, end_time, hold_seconds)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time), voucher.hold_seconds),
         )
         # Only when this is the one voucher the gate may need is the cache complete with
         # it; otherwise Redis may have lost others, and recovery or reconciliation says so.
@@ -190,13 +194,15 @@ def preload(
 ) -> None:
     """Write the gate's view of a fresh voucher in one MULTI (one slot, thanks to the hash tag).
 
-    Buyers and pending marks are reset: an id reused after a database was
+    Buyers, pending marks and returned orders are reset: an id reused after a database was
     recreated must not inherit an old sale's buyers. A ``provisional`` preload is
     not sold by the gate and expires unless ``make_final`` follows.
     """
     window: dict[str, int] = {"begin": to_ms(begin), "end": to_ms(end)}
     with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id))
+        pipe.delete(
+            keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id), keys.returned(voucher_id)
+        )
         pipe.set(keys.stock(voucher_id), stock, ex=PROVISIONAL_TTL if provisional else None)
         pipe.hset(keys.window(voucher_id), mapping={**window, "provisional": 1} if provisional else window)
         if provisional:

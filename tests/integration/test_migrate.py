@@ -158,3 +158,58 @@ def test_command_reports_an_unreachable_database(
     assert migrate_module.main([]) == 2
     assert "cannot reach MySQL" in capsys.readouterr().err
     assert not database_exists(fresh, fresh.database)
+
+
+# --- columns added since the tables were first created ---------------------------------------------
+
+
+def columns(creds: Credentials, name: str) -> list[dict[str, Any]]:
+    return query(
+        creds,
+        "SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, COLUMN_COMMENT"
+        " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME, ORDINAL_POSITION",
+        name,
+    )
+
+
+def test_a_database_from_before_holds_takes_the_new_columns_and_its_unpaid_orders_a_deadline(
+    fresh: Credentials,
+) -> None:
+    migrate(fresh)
+    expected = columns(fresh, fresh.database)
+    db = f"`{fresh.database}`"
+    # The tables as they were before holds: without the added columns.
+    for table, column in migrate_module.ADDED_COLUMNS:
+        query(fresh, f"ALTER TABLE {db}.{table} DROP COLUMN {column}")
+    query(
+        fresh,
+        f"INSERT INTO {db}.tb_voucher (id, shop_id, title, pay_value, actual_value, type) VALUES (7, 1, 'v', 1, 2, 1)",
+    )
+    query(
+        fresh,
+        f"INSERT INTO {db}.tb_seckill_voucher (voucher_id, stock, begin_time, end_time)"
+        " VALUES (7, 5, '2026-01-01', '2026-01-02')",
+    )
+    query(
+        fresh,
+        f"INSERT INTO {db}.tb_voucher_order (id, user_id, voucher_id, status, create_time, pay_time) VALUES"
+        " (1, 10, 7, 1, '2026-01-01 10:00:00.250', NULL), (2, 11, 7, 2, '2026-01-01 10:00:01', '2026-01-01 10:01:00')",
+    )
+
+    migrate(fresh)
+
+    assert columns(fresh, fresh.database) == expected
+    orders = f"SELECT id, pay_by, payment_id, close_reason FROM {db}.tb_voucher_order ORDER BY id"
+    after = query(fresh, orders)
+    assert [(r["id"], str(r["pay_by"]), r["payment_id"], r["close_reason"]) for r in after] == [
+        (1, "2026-01-01 10:15:00.250000", None, None),  # create_time + the default hold of 900 s
+        (2, "None", None, None),  # paid: no deadline to keep
+    ]
+    [voucher] = query(fresh, f"SELECT hold_seconds FROM {db}.tb_seckill_voucher")
+    assert voucher["hold_seconds"] == 900
+
+    # A second run changes nothing: not even an unpaid order given no deadline since.
+    query(fresh, f"UPDATE {db}.tb_voucher_order SET pay_by = NULL WHERE id = 1")
+    migrate(fresh)
+    assert columns(fresh, fresh.database) == expected
+    assert query(fresh, orders)[0]["pay_by"] is None

@@ -299,7 +299,7 @@ def test_a_batch_whose_connection_is_killed_runs_again_on_a_new_one(
         cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
     outcomes = in_thread(lambda: persist_orders(Database(creds), redis, scripts, messages))
 
-    victim = running(creds, "SELECT voucher_id, stock FROM tb_seckill_voucher")
+    victim = running(creds, "SELECT voucher_id, stock, hold_seconds")
     with connect(creds).cursor() as cursor:
         cursor.execute(f"KILL CONNECTION {victim}")
     holder.commit()

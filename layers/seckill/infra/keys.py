@@ -23,6 +23,11 @@ def pending(voucher_id: int) -> str:
     return f"seckill:pending:{{{voucher_id}}}"
 
 
+def returned(voucher_id: int) -> str:
+    """Set of the order ids whose unit is back in the stock key: none goes back twice."""
+    return f"seckill:returned:{{{voucher_id}}}"
+
+
 @functools.lru_cache(maxsize=1024)
 def voucher_keys(voucher_id: int) -> tuple[str, ...]:
     """Every key of one voucher's gate state, in the order the gate and restore scripts take them

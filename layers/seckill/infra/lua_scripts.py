@@ -62,8 +62,9 @@ class Scripts:
     promise: Script
     restore: Script
     counter_floor: Script
+    give_back: Script
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor")
+        names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor", "give_back")
         return cls(**{name: Script(redis, read_script(name)) for name in names})

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymysql.cursors import DictCursor
@@ -23,7 +24,7 @@ from seckill.hints import CONFIRMED, FAILED
 from seckill.infra import keys
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.lua_scripts import Scripts
-from seckill.infra.timeutil import to_db
+from seckill.infra.timeutil import from_db, to_db
 from seckill.messages import OrderMessage
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class Decision:
     status: str  # CONFIRMED or FAILED
     reason: str | None = None
     changed: bool = True  # False when an earlier delivery had already decided it
+    # The deadline (UTC, by the database's clock) of a stored order still unpaid,
+    # newly confirmed or found so by a redelivery; None otherwise.
+    pay_by: datetime | None = field(default=None, compare=False)
 
 
 class OrderIdConflict(RuntimeError):
@@ -91,6 +95,7 @@ class _Stored:
     user_id: int
     voucher_id: int
     reason: str | None  # None: confirmed
+    pay_by: datetime | None = None  # while unpaid (naive UTC, as stored)
 
 
 @dataclass
@@ -98,6 +103,8 @@ class _Found:
     """What the database holds for a batch, read under its vouchers' row locks."""
 
     stock: dict[int, int]  # voucher id -> stock, for the vouchers that exist
+    hold: dict[int, int]  # voucher id -> hold_seconds
+    now: datetime | None  # the database's clock (None when no voucher exists)
     stored: dict[int, _Stored]  # order id -> its decision
     holders: set[tuple[int, int]]  # (user id, voucher id) of the orders stored
 
@@ -105,7 +112,7 @@ class _Found:
 @dataclass
 class _Decided:
     outcomes: list[Outcome]
-    confirmed: list[OrderMessage]
+    confirmed: list[tuple[OrderMessage, datetime]]  # with its pay_by
     rejected: list[tuple[OrderMessage, str]]
 
 
@@ -127,20 +134,27 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
     # between batches), as reconciliation does before it fails an order that never
     # reached the queue: the two never decide one order twice.
     cursor.execute(
-        f"SELECT voucher_id, stock FROM tb_seckill_voucher WHERE voucher_id IN ({_placeholders(voucher_ids)})"
-        " ORDER BY voucher_id FOR UPDATE",
+        "SELECT voucher_id, stock, hold_seconds, NOW(3) AS now FROM tb_seckill_voucher"
+        f" WHERE voucher_id IN ({_placeholders(voucher_ids)}) ORDER BY voucher_id FOR UPDATE",
         voucher_ids,
     )
-    found = _Found({int(row["voucher_id"]): int(row["stock"]) for row in cursor.fetchall()}, {}, set())
+    rows = cursor.fetchall()
+    found = _Found(
+        {int(row["voucher_id"]): int(row["stock"]) for row in rows},
+        {int(row["voucher_id"]): int(row["hold_seconds"]) for row in rows},
+        rows[0]["now"] if rows else None,
+        {},
+        set(),
+    )
     # A plain read once the locks are held sees every decision committed on these
     # vouchers: what is stored under the batch's order ids, and which of its users
     # already hold an order of its vouchers.
     cursor.execute(
-        "SELECT 'order' AS kind, id AS order_id, user_id, voucher_id, NULL AS reason FROM tb_voucher_order"
-        f" WHERE id IN ({_placeholders(order_ids)})"
-        " UNION ALL SELECT 'rejection', order_id, user_id, voucher_id, reason FROM tb_voucher_order_rejection"
-        f" WHERE order_id IN ({_placeholders(order_ids)})"
-        " UNION ALL SELECT 'holder', id, user_id, voucher_id, NULL FROM tb_voucher_order"
+        "SELECT 'order' AS kind, id AS order_id, user_id, voucher_id, NULL AS reason, status, pay_by, create_time"
+        f" FROM tb_voucher_order WHERE id IN ({_placeholders(order_ids)})"
+        " UNION ALL SELECT 'rejection', order_id, user_id, voucher_id, reason, NULL, NULL, NULL"
+        f" FROM tb_voucher_order_rejection WHERE order_id IN ({_placeholders(order_ids)})"
+        " UNION ALL SELECT 'holder', id, user_id, voucher_id, NULL, NULL, NULL, NULL FROM tb_voucher_order"
         f" WHERE user_id IN ({_placeholders(user_ids)}) AND voucher_id IN ({_placeholders(voucher_ids)})",
         [*order_ids, *order_ids, *user_ids, *voucher_ids],
     )
@@ -149,8 +163,17 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
         if row["kind"] == "holder":
             found.holders.add(user_voucher)
         elif row["kind"] == "rejection" or int(row["order_id"]) not in found.stored:  # a rejection is final
-            found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"])
+            found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"], _unpaid_until(row, found))
     return found
+
+
+def _unpaid_until(row: dict[str, Any], found: _Found) -> datetime | None:
+    """A stored order's deadline while it is unpaid (one stored before holds existed and
+    not yet given one by the migration counts from its create_time, as seckill.holds does)."""
+    if row["kind"] != "order" or int(row["status"]) != 1:
+        return None
+    hold = timedelta(seconds=found.hold[int(row["voucher_id"])])
+    return row["pay_by"] or row["create_time"] + hold
 
 
 def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
@@ -166,7 +189,7 @@ def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
                 decided.outcomes.append(OrderIdConflict(f"order id {m.order_id} already belongs to another order"))
             else:  # a redelivery, or the same message twice in the batch
                 status = CONFIRMED if earlier.reason is None else FAILED
-                decided.outcomes.append(Decision(status, earlier.reason, changed=False))
+                decided.outcomes.append(Decision(status, earlier.reason, changed=False, pay_by=from_db(earlier.pay_by)))
             continue
         if m.voucher_id not in stock:
             reason: str | None = "VOUCHER_NOT_FOUND"
@@ -178,11 +201,17 @@ def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
             reason = None
             stock[m.voucher_id] -= 1
             holders.add((m.user_id, m.voucher_id))
-            decided.confirmed.append(m)
-        if reason is not None:
+        pay_by = None
+        if reason is None:
+            assert found.now is not None  # read with the voucher's row
+            pay_by = found.now + timedelta(seconds=found.hold[m.voucher_id])
+            decided.confirmed.append((m, pay_by))
+        else:
             decided.rejected.append((m, reason))
-        stored[m.order_id] = _Stored(m.user_id, m.voucher_id, reason)
-        decided.outcomes.append(Decision(CONFIRMED) if reason is None else Decision(FAILED, reason))
+        stored[m.order_id] = _Stored(m.user_id, m.voucher_id, reason, pay_by)
+        decided.outcomes.append(
+            Decision(CONFIRMED, pay_by=from_db(pay_by)) if reason is None else Decision(FAILED, reason)
+        )
     return decided
 
 
@@ -190,10 +219,10 @@ def _write(cursor: DictCursor, decided: _Decided) -> None:
     """Multi-row INSERTs (PyMySQL's executemany) and one decrement per voucher."""
     if decided.confirmed:
         cursor.executemany(
-            "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time) VALUES (%s, %s, %s, %s)",
-            [(m.order_id, m.user_id, m.voucher_id, to_db(m.accepted_at)) for m in decided.confirmed],
+            "INSERT INTO tb_voucher_order (id, user_id, voucher_id, create_time, pay_by) VALUES (%s, %s, %s, %s, %s)",
+            [(m.order_id, m.user_id, m.voucher_id, to_db(m.accepted_at), pay_by) for m, pay_by in decided.confirmed],
         )
-    taken = Counter(m.voucher_id for m in decided.confirmed)
+    taken = Counter(m.voucher_id for m, _ in decided.confirmed)
     for voucher_id, count in sorted(taken.items()):
         # The guard holds even if the row lock were ever missing: then the batch rolls back.
         cursor.execute(

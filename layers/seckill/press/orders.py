@@ -8,13 +8,12 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import hints
-from seckill.hints import CONFIRMED, FAILED, PENDING
+from seckill import hints, holds
+from seckill.hints import FAILED, PENDING
 from seckill.ids import next_order_id
-from seckill.infra import keys
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
@@ -132,54 +131,45 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
     raise TryAgain("the sale is being restored, please try again")
 
 
-def _cache_complete(redis: Any) -> bool:
-    """False when Redis lost its data (or cannot say): a hint may have been lost with it."""
-    try:
-        return bool(redis.exists(keys.loaded()))
-    except RedisError:
-        return False
-
-
 def order_status(db: Database, redis: Any, order_id: int, user_id: int) -> dict[str, Any]:
-    """A final status (CONFIRMED/FAILED) comes from the hint the persister wrote after
-    MySQL committed it, or from MySQL itself; PENDING only from the hint, when MySQL
-    has not decided yet or cannot be asked.
+    """A final status (FAILED, PAID, EXPIRED, CANCELLED) comes from the hint written after
+    MySQL committed it, or from MySQL itself; CONFIRMED only from MySQL, since a payment,
+    a cancel or the deadline may have closed the hold since its hint was written; PENDING
+    only from the hint, when MySQL has not decided yet or cannot be asked.
 
     Another user's order is reported exactly like an unknown one. An order neither
     knows is "not found" only while Redis holds its data: an accepted order whose
     hint was lost (and which is still on its way to MySQL) is a 503, never a 404.
     """
     hint = hints.read(redis, order_id, user_id)
-    if hint is not None and hint.get("status") in {CONFIRMED, FAILED}:
+    if hint is not None and hint.get("status") in hints.FINAL:
         return hint
 
-    def lookup(cursor: DictCursor) -> tuple[dict[str, Any] | None, str, str | None]:
+    def lookup(cursor: DictCursor) -> dict[str, Any] | None:
+        order = holds.read_order(cursor, order_id, user_id)
+        if order is not None:
+            return order.data()
         cursor.execute(
-            "SELECT user_id, voucher_id, create_time FROM tb_voucher_order WHERE id = %s AND user_id = %s",
+            "SELECT voucher_id, reason FROM tb_voucher_order_rejection WHERE order_id = %s AND user_id = %s",
             (order_id, user_id),
         )
         row = cursor.fetchone()
-        if row is not None:
-            return row, CONFIRMED, None
-        cursor.execute(
-            "SELECT user_id, voucher_id, reason, create_time FROM tb_voucher_order_rejection"
-            " WHERE order_id = %s AND user_id = %s",
-            (order_id, user_id),
-        )
-        row = cursor.fetchone()
-        return row, FAILED, row and row["reason"]
+        if row is None:
+            return None
+        created = hints.created_at(order_id, FAILED, None)
+        return hints.status(order_id, int(row["voucher_id"]), user_id, FAILED, row["reason"], created)
 
     try:
-        row, status, reason = db.run(lookup, read_only=True)
+        data = db.run(lookup, read_only=True)
     except Exception as exc:
-        if hint is None or not is_connection_error(exc):
+        # MySQL is down: a PENDING hint still says PENDING; a CONFIRMED one may be stale.
+        if hint is None or hint.get("status") != PENDING or not is_connection_error(exc):
             raise
-        row = None  # MySQL is down: the hint still says PENDING
-    if row is not None:
-        created = hints.created_at(order_id, status, from_db(row["create_time"]))
-        return hints.status(order_id, int(row["voucher_id"]), user_id, status, reason, created)
+        data = None
+    if data is not None:
+        return data
     if hint is not None:
         return {**hint, "status": PENDING, "reason": None}
-    if not _cache_complete(redis):
+    if not hints.cache_complete(redis):
         raise TryAgain("the order's status is briefly unavailable, please try again")
     raise NotFound("order not found", code="ORDER_NOT_FOUND")

@@ -1,0 +1,274 @@
+"""A confirmed order is a hold: payable until its ``payBy``, then paid, expired or
+cancelled (docs/holds.md). Each decision is one MySQL transaction under the voucher's
+row lock, taken before the order's row as the persister takes them (no deadlock),
+and judged by the database's clock; a unit returned in MySQL is then given back to
+Redis's stock, once per order whatever retries (``lua/give_back.lua``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pymysql.cursors import DictCursor
+
+from seckill import hints
+from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, FAILED, PAID, PENDING
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal, TryAgain
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_db
+
+log = logging.getLogger(__name__)
+
+UNPAID, PAID_STATUS, CLOSED_STATUS = 1, 2, 4  # hm-dianping's tb_voucher_order.status
+ALREADY_PAID = "ALREADY_PAID"
+PAYMENT_ID_MAX = 64  # tb_voucher_order.payment_id
+
+NOT_FOUND = Refusal(404, "ORDER_NOT_FOUND", "order not found")
+REFUSALS = {
+    PENDING: Refusal(409, PENDING, "the order is not decided yet, please try again later"),
+    FAILED: Refusal(409, FAILED, "the order failed: there is nothing to pay or cancel"),
+    PAID: Refusal(409, PAID, "the order is paid"),
+    EXPIRED: Refusal(409, EXPIRED, "the order's payment deadline has passed"),
+    CANCELLED: Refusal(409, CANCELLED, "the order was cancelled"),
+    ALREADY_PAID: Refusal(409, ALREADY_PAID, "the order was paid by another payment"),
+}
+
+# An order stored before holds existed may lack pay_by until the migration fills it:
+# its deadline counts from when it was stored, as the migration's does.
+_DUE = "COALESCE(o.pay_by, o.create_time + INTERVAL sv.hold_seconds SECOND)"
+_SELECT_ORDER = (
+    "SELECT o.id, o.user_id, o.voucher_id, o.status, o.close_reason, o.payment_id, o.create_time, o.pay_time,"
+    f" {_DUE} AS pay_by, {_DUE} <= NOW(3) AS overdue, TIMESTAMPDIFF(MICROSECOND, NOW(3), {_DUE}) AS left_us,"
+    " NOW(3) AS now"  # one value for the whole statement
+    " FROM tb_voucher_order o JOIN tb_seckill_voucher sv ON sv.voucher_id = o.voucher_id"
+)
+
+
+@dataclass(frozen=True)
+class Order:
+    """A stored order as the database holds it, read with the database's clock."""
+
+    order_id: int
+    user_id: int
+    voucher_id: int
+    state: str  # CONFIRMED, PAID, EXPIRED or CANCELLED
+    created_at: datetime
+    pay_by: datetime
+    paid_at: datetime | None
+    payment_id: str | None
+    seconds_left: float  # until pay_by, by the database's clock (<= 0: overdue)
+
+    def data(self) -> dict[str, Any]:
+        """The status route's ``data`` (and the payment's and cancel's)."""
+        return hints.status(
+            self.order_id,
+            self.voucher_id,
+            self.user_id,
+            self.state,
+            None,
+            self.created_at,
+            pay_by=self.pay_by,
+            paid_at=self.paid_at,
+        )
+
+
+def order_of(row: dict[str, Any]) -> Order:
+    """A row of ``_SELECT_ORDER``. An unpaid order past its deadline is EXPIRED already:
+    nothing can pay it any more, and the expiry that returns its unit only follows."""
+    status = int(row["status"])
+    if status == UNPAID:
+        state = EXPIRED if row["overdue"] else CONFIRMED
+    elif status == PAID_STATUS:
+        state = PAID
+    else:
+        state = row["close_reason"] or CANCELLED
+    return Order(
+        int(row["id"]),
+        int(row["user_id"]),
+        int(row["voucher_id"]),
+        state,
+        from_db(row["create_time"]),
+        from_db(row["pay_by"]),
+        from_db(row["pay_time"]),
+        row["payment_id"],
+        int(row["left_us"]) / 1_000_000,
+    )
+
+
+def read_order(cursor: DictCursor, order_id: int, user_id: int | None = None) -> Order | None:
+    """The stored order (only if it is ``user_id``'s, unless None), without locks."""
+    if user_id is None:
+        cursor.execute(f"{_SELECT_ORDER} WHERE o.id = %s", (order_id,))
+    else:
+        cursor.execute(f"{_SELECT_ORDER} WHERE o.id = %s AND o.user_id = %s", (order_id, user_id))
+    row = cursor.fetchone()
+    return None if row is None else order_of(row)
+
+
+@dataclass(frozen=True)
+class _Locked:
+    order: Order
+    status: int  # tb_voucher_order.status
+    now: datetime  # the database's clock when ``order.state`` was judged (naive UTC)
+
+
+def _lock(cursor: DictCursor, order_id: int) -> _Locked | None:
+    """The stored order under its voucher's row lock, then its own."""
+    cursor.execute("SELECT voucher_id FROM tb_voucher_order WHERE id = %s", (order_id,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    # A voucher id never changes, so this lock is the one the order's writers take.
+    cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (row["voucher_id"],))
+    cursor.execute(f"{_SELECT_ORDER} WHERE o.id = %s FOR UPDATE", (order_id,))
+    row = cursor.fetchone()
+    return _Locked(order_of(row), int(row["status"]), row["now"])
+
+
+def _close(cursor: DictCursor, order: Order, reason: str) -> Order:
+    """EXPIRED or CANCELLED, and the unit back in MySQL's stock, in the caller's transaction."""
+    cursor.execute(
+        "UPDATE tb_voucher_order SET status = %s, close_reason = %s WHERE id = %s AND status = %s",
+        (CLOSED_STATUS, reason, order.order_id, UNPAID),
+    )
+    if cursor.rowcount != 1:
+        raise RuntimeError(f"order {order.order_id} changed under its row lock")
+    cursor.execute("UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = %s", (order.voucher_id,))
+    return replace(order, state=reason)
+
+
+def give_back(redis: Any, scripts: Scripts, voucher_id: int, order_id: int) -> int:
+    """Put a closed order's unit back in Redis's stock: 1 given back now, 0 back already,
+    -1 Redis does not hold the voucher (its rebuild from MySQL counts the return)."""
+    return int(
+        scripts.give_back(
+            keys=[keys.stock(voucher_id), keys.returned(voucher_id), keys.window(voucher_id)], args=[order_id]
+        )
+    )
+
+
+def _settled(redis: Any, scripts: Scripts, order: Order) -> None:
+    """After COMMIT, for a route: the unit back in Redis if the hold closed, and the final
+    hint. MySQL holds the truth already, which the caller answers whatever Redis does:
+    reconciliation repairs a stock Redis missed, and the status route reads MySQL
+    while the hint is not final."""
+    try:
+        if order.state in (EXPIRED, CANCELLED):
+            give_back(redis, scripts, order.voucher_id, order.order_id)
+        hints.replace(redis, order.data())
+    except Exception:  # the cluster client raises its own errors besides RedisError
+        log.warning("order %s is %s; Redis could not be told", order.order_id, order.state, exc_info=True)
+
+
+def _unstored(db: Database, redis: Any, order_id: int, user_id: int | None) -> Refusal:
+    """The answer for an order id MySQL holds no order under: FAILED if refused, PENDING
+    while a hint says it is on its way, else not found (503 if Redis lost its hints)."""
+
+    def rejected(cursor: DictCursor) -> bool:
+        cursor.execute("SELECT user_id FROM tb_voucher_order_rejection WHERE order_id = %s", (order_id,))
+        row = cursor.fetchone()
+        return row is not None and user_id in (None, int(row["user_id"]))
+
+    if db.run(rejected, read_only=True):
+        return REFUSALS[FAILED]
+    if hints.read(redis, order_id, user_id) is not None:
+        return REFUSALS[PENDING]
+    if not hints.cache_complete(redis):
+        raise TryAgain("the order's status is briefly unavailable, please try again")
+    return NOT_FOUND
+
+
+def pay(db: Database, redis: Any, scripts: Scripts, order_id: int, payment_id: str) -> dict[str, Any] | Refusal:
+    """Pay a hold: its order ``data``, PAID (again, for the payment that paid it), or why
+    not. Past its deadline the hold expires now, as if the expiry had run: 409 EXPIRED."""
+
+    def decide(cursor: DictCursor) -> Order | Refusal | None:
+        locked = _lock(cursor, order_id)
+        if locked is None:
+            return None
+        order = locked.order
+        if locked.status == UNPAID and order.state == EXPIRED:
+            return _close(cursor, order, EXPIRED)
+        if locked.status == UNPAID:
+            # Stamped with the clock that judged it payable: never after its deadline.
+            cursor.execute(
+                "UPDATE tb_voucher_order SET status = %s, pay_time = %s, payment_id = %s WHERE id = %s",
+                (PAID_STATUS, locked.now, payment_id, order_id),
+            )
+            return replace(order, state=PAID, paid_at=from_db(locked.now), payment_id=payment_id)
+        if order.state == PAID and order.payment_id != payment_id:
+            return REFUSALS[ALREADY_PAID]
+        return order
+
+    decided = db.run(decide)
+    if decided is None:
+        return _unstored(db, redis, order_id, None)
+    if isinstance(decided, Refusal):
+        return decided
+    _settled(redis, scripts, decided)
+    return decided.data() if decided.state == PAID else REFUSALS[decided.state]
+
+
+def cancel(db: Database, redis: Any, scripts: Scripts, order_id: int, user_id: int) -> dict[str, Any] | Refusal:
+    """The owner gives a hold up: its order ``data``, CANCELLED (again, if it was), and the
+    unit back on sale; or why not. Another user's order is not found, as an unknown one."""
+
+    def decide(cursor: DictCursor) -> Order | None:
+        locked = _lock(cursor, order_id)
+        if locked is None or locked.order.user_id != user_id:
+            return None
+        if locked.status == UNPAID:
+            return _close(cursor, locked.order, EXPIRED if locked.order.state == EXPIRED else CANCELLED)
+        return locked.order
+
+    decided = db.run(decide)
+    if decided is None:
+        return _unstored(db, redis, order_id, user_id)
+    _settled(redis, scripts, decided)
+    return decided.data() if decided.state == CANCELLED else REFUSALS[decided.state]
+
+
+class Expiry(StrEnum):
+    EXPIRED = "EXPIRED"  # expired now: MySQL's stock +1, then Redis's
+    CLOSED = "CLOSED"  # expired or cancelled before: its unit given back again (a no-op if back)
+    NOT_YET = "NOT_YET"  # payable still: look again in ``seconds_left``
+    PAID = "PAID"  # nothing to do
+    MISSING = "MISSING"  # not stored (yet): nothing to do; the persister sends its own expiry
+
+
+@dataclass(frozen=True)
+class Expired:
+    outcome: Expiry
+    order: Order | None  # None when MISSING
+    given_back: int | None = None  # give_back's answer (EXPIRED, CLOSED); None otherwise
+
+
+def expire(db: Database, redis: Any, scripts: Scripts, order_id: int) -> Expired:
+    """Expire a hold whose deadline has passed (idempotent: any number of times, in any
+    order with payments and cancels). A Redis error after MySQL committed is raised: the
+    caller retries, and the retry gives the unit back (once) and writes the hint."""
+
+    def decide(cursor: DictCursor) -> Expired:
+        locked = _lock(cursor, order_id)
+        if locked is None:
+            return Expired(Expiry.MISSING, None)
+        order = locked.order
+        if locked.status == UNPAID:
+            if order.state != EXPIRED:
+                return Expired(Expiry.NOT_YET, order)
+            return Expired(Expiry.EXPIRED, _close(cursor, order, EXPIRED))
+        return Expired(Expiry.PAID if locked.status == PAID_STATUS else Expiry.CLOSED, order)
+
+    decided = db.run(decide)
+    if decided.outcome not in (Expiry.EXPIRED, Expiry.CLOSED):
+        return decided
+    assert decided.order is not None
+    given = give_back(redis, scripts, decided.order.voucher_id, order_id)
+    hints.replace(redis, decided.order.data())
+    return Expired(decided.outcome, decided.order, given)

@@ -1,0 +1,315 @@
+"""A hold's fate (seckill.holds) on the real MariaDB and Redis: payment, cancel and
+expiry, each alone, repeated, and racing one another; the unit back in stock once."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from seckill import hints, holds, vouchers
+from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, PAID
+from seckill.holds import NOT_FOUND, REFUSALS, Expiry
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.errors import Refusal
+from seckill.infra.lua_scripts import Scripts
+from seckill.messages import OrderMessage
+from seckill.press.gate import Gate
+from tests.helpers import HINT_TTL, accept, db_rows, new_user, on_sale, persist_order
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A confirmed order of a voucher of its own (MySQL and Redis stock as after the sale)."""
+
+    voucher_id: int
+    order_id: int
+    user_id: int
+
+
+@pytest.fixture
+def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Callable[..., Hold]]:
+    made: list[int] = []
+
+    def make(stock: int = 3, hold_seconds: int = 900) -> Hold:
+        voucher = on_sale(stock).model_copy(update={"hold_seconds": hold_seconds})
+        voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+        made.append(voucher_id)
+        m = accept(gate, redis, voucher_id)
+        hints.write_pending(redis, m, HINT_TTL)
+        assert persist_order(db, redis, scripts, m).status == CONFIRMED
+        return Hold(voucher_id, m.order_id, m.user_id)
+
+    yield make
+    for voucher_id in made:
+        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
+
+
+def overdue(db: Database, hold: Hold) -> None:
+    """Its deadline passed (no expiry has run)."""
+    db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", hold.order_id)
+
+
+def stocks(db: Database, redis: Any, hold: Hold) -> tuple[int, int]:
+    """(MySQL stock, Redis stock) of the hold's voucher."""
+    [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", hold.voucher_id)
+    return int(row["stock"]), int(redis.get(keys.stock(hold.voucher_id)))
+
+
+def stored(db: Database, hold: Hold) -> dict[str, Any]:
+    [row] = db_rows(
+        db,
+        "SELECT status, close_reason, payment_id, pay_time, pay_by, pay_time <= pay_by AS in_time"
+        " FROM tb_voucher_order WHERE id = %s",
+        hold.order_id,
+    )
+    return row
+
+
+def hint_status(redis: Any, hold: Hold) -> str:
+    hint = hints.read(redis, hold.order_id, hold.user_id)
+    assert hint is not None
+    return hint["status"]
+
+
+# --- payment ---------------------------------------------------------------------------------------
+
+
+def test_a_payment_in_time_pays_the_hold(db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]) -> None:
+    hold = sell()
+    paid = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    assert isinstance(paid, dict)
+    assert paid["status"] == PAID
+    assert paid["orderId"] == str(hold.order_id)
+    assert paid["paidAt"] is not None
+    assert paid["payBy"] is not None
+    assert paid["paidAt"] < paid["payBy"]
+    row = stored(db, hold)
+    assert (row["status"], row["payment_id"], row["in_time"]) == (2, "pay-1", 1)
+    assert stocks(db, redis, hold) == (2, 2)
+    assert hint_status(redis, hold) == PAID
+
+
+def test_the_same_payment_again_answers_paid_and_changes_nothing(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    first = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    before = stored(db, hold)
+    again = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    assert again == first
+    assert stored(db, hold) == before
+
+
+def test_another_payment_of_a_paid_hold_is_already_paid(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    assert holds.pay(db, redis, scripts, hold.order_id, "pay-2") == REFUSALS["ALREADY_PAID"]
+    assert stored(db, hold)["payment_id"] == "pay-1"
+
+
+def test_a_payment_after_the_deadline_expires_the_hold_before_any_expiry_ran(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    overdue(db, hold)
+    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
+    row = stored(db, hold)
+    assert (row["status"], row["close_reason"], row["payment_id"]) == (4, EXPIRED, None)
+    assert stocks(db, redis, hold) == (3, 3)  # the unit is back, in both
+    # Paid again, or expired by the expiry that follows: back once only.
+    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
+    assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.CLOSED
+    assert stocks(db, redis, hold) == (3, 3)
+    assert hint_status(redis, hold) == EXPIRED
+    assert redis.smembers(keys.returned(hold.voucher_id)) == {str(hold.order_id)}
+
+
+def test_a_payment_of_an_unknown_order_is_not_found(db: Database, redis: Any, scripts: Scripts) -> None:
+    assert holds.pay(db, redis, scripts, 10**15 + random.randrange(10**9), "pay-1") == NOT_FOUND
+
+
+# --- cancel ----------------------------------------------------------------------------------------
+
+
+def test_the_owner_cancels_and_the_unit_is_back_once(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    cancelled = holds.cancel(db, redis, scripts, hold.order_id, hold.user_id)
+    assert isinstance(cancelled, dict)
+    assert cancelled["status"] == CANCELLED
+    assert stocks(db, redis, hold) == (3, 3)
+    # A retry whose first answer was lost: the same answer, nothing more given back.
+    assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
+    assert stocks(db, redis, hold) == (3, 3)
+    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[CANCELLED]
+    assert hint_status(redis, hold) == CANCELLED
+
+
+def test_another_users_cancel_is_not_found_as_an_unknown_order(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    assert holds.cancel(db, redis, scripts, hold.order_id, new_user()) == NOT_FOUND
+    assert stored(db, hold)["status"] == 1
+    assert stocks(db, redis, hold) == (2, 2)
+
+
+def test_a_paid_hold_cannot_be_cancelled(db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]) -> None:
+    hold = sell()
+    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == REFUSALS[PAID]
+    assert stocks(db, redis, hold) == (2, 2)
+
+
+# --- expiry ----------------------------------------------------------------------------------------
+
+
+def test_expire_waits_for_the_deadline_then_returns_the_unit_once(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell(hold_seconds=600)
+    early = holds.expire(db, redis, scripts, hold.order_id)
+    assert early.outcome is Expiry.NOT_YET
+    assert early.order is not None
+    assert 590 < early.order.seconds_left <= 600
+    assert stocks(db, redis, hold) == (2, 2)
+    overdue(db, hold)
+    expired = holds.expire(db, redis, scripts, hold.order_id)
+    assert (expired.outcome, expired.given_back) == (Expiry.EXPIRED, 1)
+    again = holds.expire(db, redis, scripts, hold.order_id)
+    assert (again.outcome, again.given_back) == (Expiry.CLOSED, 0)
+    assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_expire_leaves_a_paid_hold_and_a_missing_order_alone(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    overdue(db, hold)
+    assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.PAID
+    assert stored(db, hold)["status"] == 2
+    assert stocks(db, redis, hold) == (2, 2)
+    assert holds.expire(db, redis, scripts, 10**15 + random.randrange(10**9)).outcome is Expiry.MISSING
+
+
+def test_a_give_back_whose_reply_was_lost_is_not_given_twice(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    overdue(db, hold)
+    # MySQL committed the expiry; Redis ran the script but its reply never arrived.
+    db_rows(db, "UPDATE tb_voucher_order SET status = 4, close_reason = 'EXPIRED' WHERE id = %s", hold.order_id)
+    db_rows(db, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = %s", hold.voucher_id)
+    redis.evalsha(
+        scripts.give_back.sha, 3, keys.stock(hold.voucher_id), keys.returned(hold.voucher_id), "x", hold.order_id
+    )
+    # The caller retries (SQS redelivers the expiry).
+    retried = holds.expire(db, redis, scripts, hold.order_id)
+    assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 0)
+    assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_give_back_leaves_a_voucher_redis_lost_to_its_rebuild(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    redis.delete(keys.stock(hold.voucher_id))
+    assert holds.give_back(redis, scripts, hold.voucher_id, hold.order_id) == -1
+    assert not redis.exists(keys.stock(hold.voucher_id), keys.returned(hold.voucher_id))
+
+
+# --- races -----------------------------------------------------------------------------------------
+
+
+def race(*calls: Callable[[], Any]) -> list[Any]:
+    """Runs the calls at once, each on a thread (and a connection) of its own."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return answers
+
+
+def test_payment_and_cancel_racing_on_one_hold_one_wins_and_stock_is_right(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    rng = random.Random(18)
+    for _ in range(12):
+        hold = sell(stock=2)
+        calls = [
+            lambda h=hold: holds.pay(db, redis, scripts, h.order_id, "pay-1"),
+            lambda h=hold: holds.cancel(db, redis, scripts, h.order_id, h.user_id),
+        ]
+        rng.shuffle(calls)
+        answers = race(*calls)
+        won = [a for a in answers if isinstance(a, dict)]
+        lost = [a for a in answers if isinstance(a, Refusal)]
+        assert (len(won), len(lost)) == (1, 1), answers
+        if won[0]["status"] == PAID:
+            assert lost[0] == REFUSALS[PAID]
+            assert stocks(db, redis, hold) == (1, 1)
+        else:
+            assert lost[0] == REFUSALS[CANCELLED]
+            assert stocks(db, redis, hold) == (2, 2)
+
+
+def test_payment_racing_the_expiry_at_the_deadline_one_wins(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    overdue(db, hold)
+    paid, expired = race(
+        lambda: holds.pay(db, redis, scripts, hold.order_id, "pay-1"),
+        lambda: holds.expire(db, redis, scripts, hold.order_id),
+    )
+    # Past the deadline the payment can only lose, whichever ran first.
+    assert paid == REFUSALS[EXPIRED]
+    assert expired.outcome in (Expiry.EXPIRED, Expiry.CLOSED)
+    assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_cancel_racing_the_expiry_one_wins_and_the_unit_is_back_once(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    overdue(db, hold)
+    cancelled, expired = race(
+        lambda: holds.cancel(db, redis, scripts, hold.order_id, hold.user_id),
+        lambda: holds.expire(db, redis, scripts, hold.order_id),
+    )
+    assert cancelled == REFUSALS[EXPIRED]  # the deadline decides, not who came first
+    assert expired.outcome in (Expiry.EXPIRED, Expiry.CLOSED)
+    assert stored(db, hold)["close_reason"] == EXPIRED
+    assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_a_redelivered_order_reports_its_stored_deadline(
+    db: Database, redis: Any, scripts: Scripts, gate: Gate, sell: Callable[..., Hold]
+) -> None:
+    hold = sell()
+    [row] = db_rows(db, "SELECT create_time, pay_by FROM tb_voucher_order WHERE id = %s", hold.order_id)
+    again = persist_order(
+        db, redis, scripts, OrderMessage(hold.order_id, hold.user_id, hold.voucher_id, row["create_time"])
+    )
+    assert again.changed is False
+    assert again.pay_by is not None
+    assert again.pay_by.replace(tzinfo=None) == row["pay_by"]
