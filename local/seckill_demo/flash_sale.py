@@ -37,9 +37,9 @@ from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill.migrate import migrate
+from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
-from seckill_demo.holds import DEFAULT_HOLD, MAX_HOLD, MIN_HOLD
 from seckill_demo.scenario import LocalSale, console, run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
@@ -133,7 +133,8 @@ def parser() -> argparse.ArgumentParser:
         "--hold",
         type=int,
         metavar="SECONDS",
-        help=f"the voucher's holdSeconds, {MIN_HOLD}..{MAX_HOLD} (default: the service's, {DEFAULT_HOLD})",
+        help=f"the voucher's holdSeconds, {MIN_HOLD_SECONDS}..{MAX_HOLD_SECONDS} (default: the service's, "
+        f"{HOLD_SECONDS})",
     )
     holds.add_argument(
         "--waves", type=int, default=5, help="most waves of presses, the first included (default %(default)s)"
@@ -173,8 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("users", "stock", "presses", "concurrency", "containers", "shop_id", "first_user", "waves"):
         if getattr(args, name) < 1:
             parser().error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.hold is not None and not MIN_HOLD <= args.hold <= MAX_HOLD:
-        parser().error(f"--hold must be {MIN_HOLD} to {MAX_HOLD} seconds (the contract's holdSeconds), not {args.hold}")
+    if args.hold is not None and not MIN_HOLD_SECONDS <= args.hold <= MAX_HOLD_SECONDS:
+        parser().error(
+            f"--hold must be {MIN_HOLD_SECONDS} to {MAX_HOLD_SECONDS} seconds (the contract's holdSeconds), "
+            f"not {args.hold}"
+        )
     if not (0 <= args.no_show <= 1 and 0 <= args.cancel <= 1 and args.no_show + args.cancel <= 1):
         parser().error("--no-show and --cancel are shares of the winners: each 0 to 1, together at most 1")
     if args.endpoint and (args.no_show or args.cancel):

@@ -27,6 +27,7 @@ from seckill.infra.db import Database
 from seckill.messages import queue_depth
 from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.tokens import mint_tokens
+from seckill.vouchers import HOLD_SECONDS
 from seckill_demo.chaos import EXPIRY_QUEUE, RECONCILE_EVERY
 from seckill_demo.faults import rng
 from seckill_demo.load import TOKEN_TTL, Press, promised
@@ -36,7 +37,6 @@ from seckill_demo.sigv4 import AdminClient
 if TYPE_CHECKING:
     from seckill_demo.scenario import LocalSale
 
-MIN_HOLD, MAX_HOLD, DEFAULT_HOLD = 10, 86_400, 900  # the contract's holdSeconds
 SAMPLE_EVERY = 0.1  # seconds between two samples of Redis stock
 SAME_PAYMENT_AGAIN = 0.1  # share of payments sent twice with the same paymentId: the second changes nothing
 RACING = {"pay": 0.15, "cancel": 0.5}  # chaos: share of wave 1's payments and cancels sent at the deadline
@@ -391,7 +391,7 @@ class HoldsRun:
         self.collect()
         sale, chaos = self.sale, self.sale.chaos
         task = progress.add_task(what, total=None)
-        deadline = time.monotonic() + (self.args.hold or DEFAULT_HOLD) + self.args.drain_timeout
+        deadline = time.monotonic() + (self.args.hold or HOLD_SECONDS) + self.args.drain_timeout
         reconciled = time.monotonic()
         with contextlib.nullcontext() if chaos is None else chaos.losing_replies():
             while True:
@@ -455,7 +455,7 @@ class HoldsRun:
             sale.wait_drained(progress, f"wave {wave}: persisting", need_decided=len(promised(presses)))
             if sale.chaos is not None and wave == 2:
                 self.sampler.mark("expiry down, Redis lost")
-                sale.chaos.outage(sale, tokens, (args.hold or DEFAULT_HOLD) + 2)
+                sale.chaos.outage(sale, tokens, (args.hold or HOLD_SECONDS) + 2)
                 self.sampler.mark("expiry back")
         if sale.chaos is not None:
             self.late_expiries(progress, presses)
