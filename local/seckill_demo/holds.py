@@ -181,12 +181,14 @@ class StockSampler:
         self.marks.append((time.monotonic() - self.started, label))
 
     def _run(self) -> None:
-        while not self.stop.wait(SAMPLE_EVERY):
+        while True:
             value = None
             with contextlib.suppress(RedisError):  # Redis restarted in a chaos run: a gap in the plot
                 value = self.redis.get(self.key)
             if value is not None:
                 self.samples.append((time.monotonic() - self.started, int(value)))
+            if self.stop.wait(SAMPLE_EVERY):
+                return
 
     def plot(self, path: Path, title: str) -> str:
         """Write the PNG; what to tell the user (its path, or why there is none)."""
