@@ -1,25 +1,31 @@
 -- Brings one voucher's Redis state in line with MySQL, atomically with the gate.
--- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:window:{v}, KEYS[4] seckill:pending:{v}
+-- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:window:{v}, KEYS[4] seckill:pending:{v},
+-- KEYS[5] seckill:returned:{v}
 -- ARGV[1] mode: "missing" (only if the stock key is gone: a lost cache), "repair" (always), "check" (write nothing)
 -- ARGV[2] MySQL stock, ARGV[3] window begin (ms), ARGV[4] window end (ms)
--- ARGV[5] JSON array of the user ids holding a confirmed order
+-- ARGV[5] JSON array of the user ids holding an order, whatever its fate (paid,
+--         payable, expired, cancelled: one order per user per voucher)
 -- ARGV[6] JSON array of the order ids MySQL has decided (confirmed or failed)
 -- ARGV[7] JSON array of [userId, orderId, acceptedMs] of orders waiting in the
 --         dead-letter queue: accepted, not yet in MySQL, their marks maybe lost
 --         with Redis. A user without a mark gets one back (promised: the client
 --         was told 202), so they count as outstanding.
+-- ARGV[8] JSON array of the order ids MySQL has closed (expired or cancelled): MySQL's
+--         stock counts their units back already, so each joins the returned set and
+--         a give_back still on its way for it adds nothing.
 -- Reservations still pending and undecided in MySQL are outstanding: they keep
 -- their stock and their user. So the expected state is
 --   stock  = max(0, MySQL stock - outstanding)
 --   buyers = confirmed users + outstanding users
--- Returns {applied (0/1), old stock (-1 if missing), expected stock, buyers to add, buyers to remove}.
+-- Returns {applied (0/1), old stock (-1 if missing), expected stock, buyers to add, buyers to remove,
+--          returns to record}.
 local mode = ARGV[1]
 local old_stock = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if redis.call('HEXISTS', KEYS[3], 'provisional') == 1 then
   old_stock = -1 -- preloaded by a creation that had not committed: not the gate's yet
 end
 if mode == 'missing' and old_stock >= 0 then
-  return {0, old_stock, old_stock, 0, 0}
+  return {0, old_stock, old_stock, 0, 0, 0}
 end
 
 local decided = {}
@@ -64,8 +70,14 @@ for _, user in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     to_remove[#to_remove + 1] = user
   end
 end
+local returns = {}
+for _, id in ipairs(cjson.decode(ARGV[8] or '[]')) do
+  if redis.call('SISMEMBER', KEYS[5], tostring(id)) == 0 then
+    returns[#returns + 1] = tostring(id)
+  end
+end
 if mode == 'check' then
-  return {0, old_stock, new_stock, #to_add, #to_remove}
+  return {0, old_stock, new_stock, #to_add, #to_remove, #returns}
 end
 
 redis.call('SET', KEYS[1], new_stock)
@@ -83,4 +95,7 @@ end
 for i = 1, #to_remove, 1000 do
   redis.call('SREM', KEYS[2], unpack(to_remove, i, math.min(i + 999, #to_remove)))
 end
-return {1, old_stock, new_stock, #to_add, #to_remove}
+for i = 1, #returns, 1000 do
+  redis.call('SADD', KEYS[5], unpack(returns, i, math.min(i + 999, #returns)))
+end
+return {1, old_stock, new_stock, #to_add, #to_remove, #returns}

@@ -5,6 +5,8 @@ Powertools' batch processing then reports each record's own outcome, its failure
 as ``batchItemFailures``, so SQS retries only those, and after maxReceiveCount
 moves them to the dead-letter queue. A record that can never be stored goes to
 the poison queue instead when ``ORDER_POISON_QUEUE_URL`` is set (seckill.persist.poison).
+Once the batch has committed, each order it holds unpaid gets its expiry message on
+OrderExpiryQueue (seckill.persist.expiries); a record whose expiry was not sent fails.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.expiry import ExpiryQueue
 from seckill.infra import tracing, warmup
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
+from seckill.persist.expiries import send_expiries
 from seckill.persist.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch
 
 logger = Logger()
@@ -40,18 +44,21 @@ settings = Settings.from_env()
 redis = redis_client(settings)
 scripts = Scripts.register(redis)
 db = Database.from_settings(settings)
-# boto3 is imported and the client made only when a record is first moved there.
 sqs = OnFirstUse(sqs_client)
 poison = PoisonQueue(sqs, settings.order_poison_queue_url) if settings.order_poison_queue_url else None
-warmup.prepare(warmup.Connections(redis, db, [sqs] if poison else []))
+expiries = ExpiryQueue(sqs, settings.order_expiry_queue_url)
+warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
 
 @tracer.capture_method
 def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
     """Every record's outcome, by message id; counted once for the whole batch."""
-    outcomes = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
-    counts = Counter(kind(outcome) for outcome in outcomes)
-    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersPoisoned"):
+    decided = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
+    # Counted as decided: a record failed for its expiry alone is stored all the same.
+    counts = Counter(kind(outcome) for outcome in decided)
+    outcomes = send_expiries(expiries, decided)
+    counts["ExpiriesNotSent"] = sum(after is not before for before, after in zip(decided, outcomes, strict=True))
+    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersPoisoned", "ExpiriesNotSent"):
         if counts[name]:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts[name])
     logger.info("batch decided", extra={"records": len(outcomes), **counts})

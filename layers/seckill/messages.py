@@ -7,10 +7,11 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
@@ -179,14 +180,16 @@ def _nothing_stored(error: BaseException | None, status: int | None) -> bool:
     return status is not None and status < 500
 
 
-# Per thread: the attempts of the OrderQueue.send under way, if any.
+# Per thread: the attempts of the send under way (send_watched), if any.
 _send = threading.local()
+
+T = TypeVar("T")
 
 
 def _watch_attempt(response: Any = None, caught_exception: BaseException | None = None, **_: Any) -> None:
-    """botocore's ``needs-retry`` event, after every attempt of a SendMessage call."""
+    """botocore's ``needs-retry`` event, after every attempt of a watched send."""
     if not getattr(_send, "watching", False):
-        return  # a send of the same client made without OrderQueue
+        return  # a send of the same client made without send_watched
     _send.attempts += 1
     status = response[0].status_code if response else None
     if (caught_exception is not None or (status is not None and status >= 300)) and not _nothing_stored(
@@ -195,30 +198,40 @@ def _watch_attempt(response: Any = None, caught_exception: BaseException | None 
         _send.in_doubt = True
 
 
-class OrderQueue:
-    """Sends order messages to SQS and says which outcomes remain possible.
+def send_watched(sqs: Any, operation: str, call: Callable[[], T]) -> tuple[Sent, T | None]:
+    """Runs ``call``, an SQS ``operation`` (SendMessage, SendMessageBatch), and says which
+    outcomes remain possible, with its response when SENT.
 
     botocore retries a failed send; one attempt may have stored the message even
     when the last one was refused. Every attempt is watched, so a send is REFUSED
     only when no attempt could have stored anything.
     """
+    # At each send rather than once, so that a client made on first use
+    # (seckill.infra.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
+    sqs.meta.events.register(f"needs-retry.sqs.{operation}", _watch_attempt, unique_id=f"seckill-watch-{operation}")
+    _send.watching, _send.in_doubt, _send.attempts = True, False, 0
+    try:
+        return Sent.SENT, call()
+    except Exception as exc:
+        # No attempt at all (no credentials, a parameter botocore refused): nothing left.
+        if _send.attempts and (_send.in_doubt or not _nothing_stored(exc, None)):
+            return Sent.IN_DOUBT, None
+        return Sent.REFUSED, None
+    finally:
+        _send.watching = False
+
+
+class OrderQueue:
+    """Sends order messages to SQS and says which outcomes remain possible (send_watched)."""
 
     def __init__(self, sqs: Any, queue_url: str) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
 
     def send(self, message: OrderMessage) -> Sent:
-        # At each send rather than at construction, so that a client made on first use
-        # (seckill.infra.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
-        self.sqs.meta.events.register("needs-retry.sqs.SendMessage", _watch_attempt, unique_id="seckill-watch-send")
-        _send.watching, _send.in_doubt, _send.attempts = True, False, 0
-        try:
-            self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json())
-        except Exception as exc:
-            # No attempt at all (no credentials, a parameter botocore refused): nothing left.
-            if _send.attempts and (_send.in_doubt or not _nothing_stored(exc, None)):
-                return Sent.IN_DOUBT
-            return Sent.REFUSED
-        finally:
-            _send.watching = False
-        return Sent.SENT
+        sent, _ = send_watched(
+            self.sqs,
+            "SendMessage",
+            lambda: self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json()),
+        )
+        return sent

@@ -4,7 +4,7 @@
   seckill-local invoke LogicalId -e event.json --env-vars events/env.json
   seckill-local start-api --env-vars events/env.json      the HTTP API on localhost
   seckill-local start-lambda --env-vars events/env.json   Lambda's Invoke API on localhost
-  seckill-local feed --env-vars events/env.json           OrderQueue -> persister
+  seckill-local feed --env-vars events/env.json           OrderQueue -> persister, OrderExpiryQueue -> expiry
   seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.

@@ -1,4 +1,5 @@
-"""seckill-dlq-replay: move OrderDeadLetterQueue's messages back to OrderQueue.
+"""seckill-dlq-replay: move OrderDeadLetterQueue's messages back to OrderQueue
+(or, with ``--queues expiries``, OrderExpiryDeadLetterQueue's back to OrderExpiryQueue).
 
 What an operator runs once the cause of the failures (database down, a bad
 deploy) is fixed. Records that can never be stored go to the poison queue, not
@@ -37,8 +38,12 @@ EXIT_USAGE = 2
 EXIT_NOT_CONFIRMED = 4
 EXIT_INTERRUPTED = 130
 
-QUEUE_OUTPUT = "OrderQueueUrl"
-DLQ_OUTPUT = "OrderDeadLetterQueueUrl"
+# --queues -> the stack outputs naming (the queue, its DLQ). A replayed expiry arrives
+# at once: the expiry function expires its order, or sends it again if it is early.
+STACK_OUTPUTS = {
+    "orders": ("OrderQueueUrl", "OrderDeadLetterQueueUrl"),
+    "expiries": ("OrderExpiryQueueUrl", "OrderExpiryDeadLetterQueueUrl"),
+}
 BATCH = 10  # the most SQS receives, sends or deletes in one call
 IDLE_RECEIVES = 3  # receives in a row that bring back only messages already handled: the run is done
 NATIVE_MAX_RATE = 500  # StartMessageMoveTask's MaxNumberOfMessagesPerSecond limit
@@ -52,6 +57,7 @@ examples:
   {PROG} --stack-name seckill --dry-run      # what is in the DLQ? (consumes nothing)
   {PROG} --stack-name seckill                # move it all back, asking first
   {PROG} --stack-name seckill --yes --rate 20
+  {PROG} --stack-name seckill --queues expiries   # dead-lettered expiries back to OrderExpiryQueue
   {PROG} --dlq-url URL --queue-url URL --endpoint-url http://127.0.0.1:4566 --max 100 --yes
 
 how it moves:
@@ -129,7 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = parser.add_argument_group("queues (a stack name, or both URLs)")
-    where.add_argument("--stack-name", help=f"stack whose outputs {QUEUE_OUTPUT} / {DLQ_OUTPUT} name them")
+    where.add_argument("--stack-name", help="stack whose outputs name the queues (see --queues)")
+    where.add_argument(
+        "--queues",
+        choices=STACK_OUTPUTS,
+        default="orders",
+        help="with --stack-name: "
+        + "; ".join(f"{name}: {' / '.join(outputs)}" for name, outputs in STACK_OUTPUTS.items())
+        + " (default: %(default)s)",
+    )
     where.add_argument("--dlq-url", help="URL of the dead-letter queue to move from")
     where.add_argument("--queue-url", help="URL of the queue to move to")
     where.add_argument("--region", help="AWS region (default: as boto3 finds it)")
@@ -185,17 +199,18 @@ def error_text(exc: Exception) -> str:
     return str(exc)
 
 
-def stack_queues(cfn: Any, stack_name: str) -> tuple[str, str]:
-    """(OrderQueue URL, DLQ URL) from the stack's outputs."""
+def stack_queues(cfn: Any, stack_name: str, queues: str = "orders") -> tuple[str, str]:
+    """(queue URL, DLQ URL) from the stack's outputs: OrderQueue's, or OrderExpiryQueue's."""
     try:
         stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
     except (ClientError, BotoCoreError) as exc:
         raise ConfigError(f"cannot read stack {stack_name!r}: {error_text(exc)}") from exc
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    missing = [key for key in (QUEUE_OUTPUT, DLQ_OUTPUT) if key not in outputs]
+    queue_output, dlq_output = STACK_OUTPUTS[queues]
+    missing = [key for key in (queue_output, dlq_output) if key not in outputs]
     if missing:
         raise ConfigError(f"stack {stack_name!r} has no output {' or '.join(missing)}")
-    return outputs[QUEUE_OUTPUT], outputs[DLQ_OUTPUT]
+    return outputs[queue_output], outputs[dlq_output]
 
 
 def queue_info(sqs: Any, url: str) -> QueueInfo:
@@ -587,7 +602,7 @@ def replay(args: argparse.Namespace, out: Console, err: Console) -> int:
         sqs = session.client("sqs", endpoint_url=args.endpoint_url)
         if args.stack_name:
             cfn = session.client("cloudformation", endpoint_url=args.endpoint_url)
-            queue_url, dlq_url = stack_queues(cfn, args.stack_name)
+            queue_url, dlq_url = stack_queues(cfn, args.stack_name, args.queues)
         else:
             queue_url, dlq_url = args.queue_url, args.dlq_url
     except BotoCoreError as exc:

@@ -90,7 +90,7 @@ class Sandbox:
             conn.close()
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        """A read of the run's database, as its administrator."""
+        """A statement on the run's database, as its administrator (committed)."""
         conn = connect(self.admin)
         try:
             with conn.cursor() as cursor:

@@ -442,6 +442,34 @@ def test_stack_name_finds_the_queues_from_the_outputs(
         cfn.delete_stack(StackName=prefix)
 
 
+def test_stack_name_with_queues_expiries_replays_the_expiry_dlq_only(
+    sqs: Any, sqs_endpoint: str, extra_queues: list[str]
+) -> None:
+    cfn = boto3.client("cloudformation", endpoint_url=sqs_endpoint, region_name="us-east-1")
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    names = ("OrderQueue", "OrderDeadLetterQueue", "OrderExpiryQueue", "OrderExpiryDeadLetterQueue")
+    template = {
+        "Resources": {n: {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": f"{prefix}-{n}"}} for n in names},
+        "Outputs": {f"{n}Url": {"Value": {"Ref": n}} for n in names},
+    }
+    cfn.create_stack(StackName=prefix, TemplateBody=json.dumps(template))
+    urls = {n: sqs.get_queue_url(QueueName=f"{prefix}-{n}")["QueueUrl"] for n in names}
+    extra_queues.extend(urls.values())
+    try:
+        order_dead = fill_orders(sqs, urls["OrderDeadLetterQueue"], 2)
+        expiry = json.dumps({"orderId": "42", "voucherId": 9, "userId": 7, "payBy": "2026-11-30T12:15:00.000Z"})
+        fill(sqs, urls["OrderExpiryDeadLetterQueue"], [expiry])
+        args = ["--stack-name", prefix, "--queues", "expiries", "--endpoint-url", sqs_endpoint, "--region", "us-east-1"]
+        assert dlq_replay.main([*args, "--wait", "0", "--yes"]) == 0
+        assert [m["Body"] for m in take_all(sqs, urls["OrderExpiryQueue"])] == [expiry]
+        assert queue_depth(sqs, urls["OrderExpiryDeadLetterQueue"]) == 0
+        # The orders' DLQ is another pair's: left as it was.
+        assert sorted(order_ids(take_all(sqs, urls["OrderDeadLetterQueue"]))) == sorted(order_dead)
+        assert queue_depth(sqs, urls["OrderQueue"]) == 0
+    finally:
+        cfn.delete_stack(StackName=prefix)
+
+
 def test_a_fractional_rate_is_fine_for_the_portable_mover(sqs: Any, queues: dict[str, str]) -> None:
     fill_orders(sqs, queues["OrderDeadLetterQueue"], 1)
     assert dlq_replay.main(queue_args(queues, "--yes", "--portable", "--rate", "0.5")) == 0

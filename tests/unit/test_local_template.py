@@ -36,6 +36,8 @@ def test_template_routes_with_their_auth(template: Template) -> None:
         ("POST", "/voucher/seckill", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher/seckill/{voucherId}/stop", "AWS_IAM", "SeckillApiFunction"),
+        ("POST", "/voucher-order/{orderId}/payment", "AWS_IAM", "SeckillApiFunction"),
+        ("POST", "/voucher-order/{orderId}/cancel", "default", "SeckillApiFunction"),
     }
     by_path = {route.path: route for route, _ in template.routes()}
     seckill = by_path["/voucher-order/seckill/{voucherId}"]
@@ -46,6 +48,8 @@ def test_template_routes_with_their_auth(template: Template) -> None:
     assert seckill.match("POST", "/voucher-order/seckill/") is None
     status = by_path["/voucher-order/{orderId}"]
     assert status.match("GET", "/voucher-order/seckill/42") is None
+    assert status.match("GET", "/voucher-order/42/payment") is None
+    assert by_path["/voucher-order/{orderId}/cancel"].match("POST", "/voucher-order/42/cancel") == {"orderId": "42"}
     assert by_path["/voucher"].match("POST", "/voucher/seckill") is None
 
 

@@ -32,6 +32,7 @@ NEEDS: dict[str, set[str]] = {
     "order_queue_url": {"ORDER_QUEUE_URL"},
     "order_dlq_url": {"ORDER_DLQ_URL"},
     "order_poison_queue_url": {"ORDER_POISON_QUEUE_URL"},
+    "order_expiry_queue_url": {"ORDER_EXPIRY_QUEUE_URL"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
@@ -195,7 +196,51 @@ def test_queues_redrive_and_encryption(template: Template, data: dict[str, Any])
     assert poison["SqsManagedSseEnabled"] is True
     assert int(poison["MessageRetentionPeriod"]) == 14 * 86400
     assert "RedrivePolicy" not in poison
-    assert set(template.queues()) == {"OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue"}
+    assert set(template.queues()) == {
+        "OrderQueue",
+        "OrderDeadLetterQueue",
+        "OrderPoisonQueue",
+        "OrderExpiryQueue",
+        "OrderExpiryDeadLetterQueue",
+    }
+
+
+def test_expiry_queue_redrive_retention_and_visibility(template: Template, data: dict[str, Any]) -> None:
+    queue, dlq = props(data, "OrderExpiryQueue"), props(data, "OrderExpiryDeadLetterQueue")
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["OrderExpiryDeadLetterQueue", "Arn"]}
+    assert int(queue["RedrivePolicy"]["maxReceiveCount"]) >= 5
+    assert queue["SqsManagedSseEnabled"] is True
+    assert dlq["SqsManagedSseEnabled"] is True
+    # An expiry waits out a consumer that is down for days: both keep messages as long as SQS can.
+    assert int(queue["MessageRetentionPeriod"]) == int(dlq["MessageRetentionPeriod"]) == 14 * 86400
+    assert "DelaySeconds" not in queue  # each message carries its own delay
+    function = template.functions["OrderExpiryFunction"]
+    assert int(queue["VisibilityTimeout"]) >= 6 * function.timeout
+    (source_,) = function.sqs_events
+    assert source_["Queue"] == {"Fn::GetAtt": ["OrderExpiryQueue", "Arn"]}
+    assert source_["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert 1 <= int(source_["BatchSize"]) <= 10
+    assert int(source_["ScalingConfig"]["MaximumConcurrency"]) >= 2
+
+
+def test_expiry_queue_senders_and_poller(template: Template, data: dict[str, Any]) -> None:
+    """The persister sends expiries, the expiry function polls them and sends early ones
+    again; nobody else knows the queue."""
+    send = {"SQSSendMessagePolicy": {"QueueName": {"Fn::GetAtt": ["OrderExpiryQueue", "QueueName"]}}}
+    poll = {"SQSPollerPolicy": {"QueueName": {"Fn::GetAtt": ["OrderExpiryQueue", "QueueName"]}}}
+    expiry_policies = props(data, "OrderExpiryFunction")["Policies"]
+    assert send in expiry_policies
+    assert poll in expiry_policies
+    assert send in props(data, "OrderPersisterFunction")["Policies"]
+    for logical_id in ("OrderPersisterFunction", "OrderExpiryFunction"):
+        env = template.functions[logical_id].environment
+        assert env["ORDER_EXPIRY_QUEUE_URL"] == {"Ref": "OrderExpiryQueue"}, logical_id
+        assert template.functions[logical_id].environment.get("ORDER_QUEUE_URL") is None, logical_id
+    for logical_id, resource in resources(data, "AWS::Serverless::Function").items():
+        if logical_id not in {"OrderPersisterFunction", "OrderExpiryFunction"}:
+            assert "OrderExpiry" not in json.dumps(resource), logical_id
+    # The expiry function lives where the persister does: the VPC (Globals), Redis, the database.
+    assert "VpcConfig" not in props(data, "OrderExpiryFunction")
 
 
 def test_the_persister_may_only_send_to_the_poison_queue(template: Template, data: dict[str, Any]) -> None:
@@ -240,7 +285,7 @@ def test_the_queue_is_polled_through_a_mapping_scoped_to_order_queue(data: dict[
     for logical_id in resources(data, "AWS::Serverless::Function"):
         events = props(data, logical_id).get("Events", {}).values()
         assert all(event["Type"] != "SQS" for event in events), logical_id
-    (mapping,) = resources(data, "AWS::Lambda::EventSourceMapping").values()
+    mapping = resources(data, "AWS::Lambda::EventSourceMapping")["OrderPersisterQueueMapping"]
     assert mapping["Properties"] == {
         "FunctionName": {"Ref": "OrderPersisterFunction"},
         "EventSourceArn": {"Fn::GetAtt": ["OrderQueue", "Arn"]},
@@ -253,6 +298,9 @@ def test_the_queue_is_polled_through_a_mapping_scoped_to_order_queue(data: dict[
     assert mapping["DependsOn"] == "OrderPersisterFunctionRole"
     policies = props(data, "OrderPersisterFunction")["Policies"]
     assert {"SQSPollerPolicy": {"QueueName": {"Fn::GetAtt": ["OrderQueue", "QueueName"]}}} in policies
+    expiry = resources(data, "AWS::Lambda::EventSourceMapping")["OrderExpiryQueueMapping"]
+    assert expiry["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["OrderExpiryQueue", "Arn"]}
+    assert expiry["DependsOn"] == "OrderExpiryFunctionRole"
 
 
 def alarm_on(data: dict[str, Any], namespace: str, metric: str, dimension: Any = None) -> dict[str, Any]:
@@ -265,7 +313,7 @@ def alarm_on(data: dict[str, Any], namespace: str, metric: str, dimension: Any =
 
 
 def test_alarms(data: dict[str, Any]) -> None:
-    for queue in ("OrderDeadLetterQueue", "OrderPoisonQueue"):
+    for queue in ("OrderDeadLetterQueue", "OrderPoisonQueue", "OrderExpiryDeadLetterQueue"):
         name = {"Fn::GetAtt": [queue, "QueueName"]}
         alarm = alarm_on(data, "AWS/SQS", "ApproximateNumberOfMessagesVisible", name)
         assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": name}]
@@ -541,6 +589,9 @@ def test_admin_routes_are_iam_authorized(template: Template) -> None:
     auth = {(route.method, route.path): route.auth for route, _ in template.routes()}
     for admin in ("/voucher", "/voucher/seckill", "/voucher/seckill/{voucherId}/stop"):
         assert auth[("POST", admin)] == "AWS_IAM", admin
+    # The payment service signs its calls; a buyer cancels with their own token.
+    assert auth[("POST", "/voucher-order/{orderId}/payment")] == "AWS_IAM"
+    assert auth[("POST", "/voucher-order/{orderId}/cancel")] == "default"
     stop = next(route for route, _ in template.routes() if route.path.endswith("/stop"))
     assert stop.match("POST", "/voucher/seckill/42/stop") == {"voucherId": "42"}
 
@@ -572,6 +623,7 @@ def test_outputs_an_operator_needs(data: dict[str, Any]) -> None:
     assert outputs["OrderQueueUrl"]["Value"] == {"Ref": "OrderQueue"}
     assert outputs["OrderDeadLetterQueueUrl"]["Value"] == {"Ref": "OrderDeadLetterQueue"}
     assert outputs["OrderPoisonQueueUrl"]["Value"] == {"Ref": "OrderPoisonQueue"}
+    assert outputs["OrderExpiryDeadLetterQueueUrl"]["Value"] == {"Ref": "OrderExpiryDeadLetterQueue"}
 
 
 # --- the sale's first second: ColdStartMitigation ----------------------------------------------
@@ -713,9 +765,10 @@ def test_events_cover_every_route_with_its_auth(template: Template) -> None:
 
 def test_event_shapes_match_their_sources(template: Template) -> None:
     all_events = events()
-    persister = [e for name, e in all_events.items() if name.startswith("order_persister")]
-    assert persister
-    assert all(r["eventSource"] == "aws:sqs" for e in persister for r in e["Records"])
+    for prefix in ("order_persister", "order_expiry"):
+        sqs_events = [e for name, e in all_events.items() if name.startswith(prefix)]
+        assert sqs_events, prefix
+        assert all(r["eventSource"] == "aws:sqs" for e in sqs_events for r in e["Records"])
     assert all_events["authorizer.json"]["type"] == "REQUEST"
     assert "authorization" in all_events["authorizer.json"]["headers"]
     custom = {e["RequestType"]: e for name, e in all_events.items() if name.startswith("migrator")}

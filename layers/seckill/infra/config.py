@@ -42,6 +42,8 @@ class Settings:
     db_tls: bool = False
     # Where the persister moves records that can never be stored (unset: they fail and are dead-lettered).
     order_poison_queue_url: str = ""
+    # Where confirmed orders wait for their payment deadline (persister and OrderExpiryFunction).
+    order_expiry_queue_url: str = ""
 
     @classmethod
     def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> Settings:
@@ -64,4 +66,5 @@ class Settings:
             # Credentials from Secrets Manager mean a managed database in AWS: TLS unless told otherwise.
             db_tls=_flag(env.get("DB_TLS")) if env.get("DB_TLS") else bool(env.get("DB_SECRET_ARN")),
             order_poison_queue_url=env.get("ORDER_POISON_QUEUE_URL", ""),
+            order_expiry_queue_url=env.get("ORDER_EXPIRY_QUEUE_URL", ""),
         )

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pymysql.cursors import DictCursor
 
+from seckill.holds import CLOSED_STATUS
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
@@ -33,10 +34,17 @@ class Restored:
     expected_stock: int
     buyers_added: int
     buyers_removed: int
+    # Closed orders missing from the returned set: their give_back would return a unit twice.
+    returns_recorded: int = 0
 
     @property
     def drifted(self) -> bool:
-        return self.redis_stock != self.expected_stock or self.buyers_added > 0 or self.buyers_removed > 0
+        return (
+            self.redis_stock != self.expected_stock
+            or self.buyers_added > 0
+            or self.buyers_removed > 0
+            or self.returns_recorded > 0
+        )
 
 
 # A sale that ended recently is still looked after: its pending orders need resolving,
@@ -69,7 +77,10 @@ def restore(
     MySQL has not decided get their reservation back (when rebuilding a lost voucher).
 
     The voucher's row stays locked (FOR UPDATE) while the script runs, so no
-    persister commits an order between what MySQL says and what Redis is told.
+    persister commits an order, and no payment, cancel or expiry closes one (they
+    take the same lock first), between what MySQL says and what Redis is told. A
+    unit returned in MySQL whose give_back is still on its way is counted by the
+    stock read here, and its order id joins the returned set: that give_back adds nothing.
     """
 
     def align(cursor: DictCursor) -> Restored | None:
@@ -85,14 +96,16 @@ def restore(
         withdrawn = int(row["status"]) == WITHDRAWN
         begin_ms = 0 if withdrawn else to_ms(from_db(row["begin_time"]))
         end_ms = 0 if withdrawn else to_ms(from_db(row["end_time"]))
-        cursor.execute("SELECT id, user_id FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
+        # Every order whatever its status: its user may not buy the voucher again.
+        cursor.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         orders = cursor.fetchall()
         cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
         rejected = cursor.fetchall()
         # Ids travel as JSON strings: Lua numbers are doubles and would round 64-bit order ids.
         decided = [str(r["id"]) for r in orders] + [str(r["order_id"]) for r in rejected]
-        applied, old, expected, added, removed = scripts.restore(
-            keys=keys.voucher_keys(voucher_id),
+        closed = [str(r["id"]) for r in orders if int(r["status"]) == CLOSED_STATUS]
+        applied, old, expected, added, removed, returns = scripts.restore(
+            keys=[*keys.voucher_keys(voucher_id), keys.returned(voucher_id)],
             args=[
                 mode,
                 int(row["stock"]),
@@ -101,10 +114,17 @@ def restore(
                 json.dumps([str(r["user_id"]) for r in orders]),
                 json.dumps(decided),
                 json.dumps([[str(m.user_id), str(m.order_id), str(to_ms(m.accepted_at))] for m in dead_letters]),
+                json.dumps(closed),
             ],
         )
         return Restored(
-            voucher_id, bool(applied), None if int(old) < 0 else int(old), int(expected), int(added), int(removed)
+            voucher_id,
+            bool(applied),
+            None if int(old) < 0 else int(old),
+            int(expected),
+            int(added),
+            int(removed),
+            int(returns),
         )
 
     # Safe to run twice: the script only ever aligns Redis with what MySQL says.
