@@ -187,7 +187,9 @@ def check_invariants(
             Check(
                 "sold exactly the stock",
                 len(promised) == expected + closed and held == expected,
-                f"{len(promised)} accepted, {len(orders)} confirmed{again}, expected {expected}",
+                f"{len(promised)} accepted, {len(orders)} confirmed"
+                + (f" ({closed} of them closed: their units went back on sale)" if closed else "")
+                + f", expected {expected} held",
             ),
         )
     return checks
