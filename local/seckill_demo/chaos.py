@@ -327,7 +327,7 @@ class Chaos:
                 f"cancels answered CANCELLED {answers['cancel CANCELLED']}, EXPIRED {answers['cancel EXPIRED']}",
             ),
             Fault(
-                "Redis answers lost while units are given back",
+                "Redis answers lost while the holds resolve (gives-back among them)",
                 total("return-replies-lost", "count"),
                 "the route answers what committed; the expiry retries (the returned set makes it a no-op); "
                 "reconciliation repairs the stock",

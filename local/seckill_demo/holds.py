@@ -395,19 +395,17 @@ class HoldsRun:
         task = progress.add_task(what, total=None)
         deadline = time.monotonic() + (self.args.hold or HOLD_SECONDS) + self.args.drain_timeout
         reconciled = time.monotonic()
-        with contextlib.nullcontext() if chaos is None else chaos.losing_replies():
-            while True:
-                outcome = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id)
-                progress.update(task, completed=outcome.count("PAID") + outcome.closed)
-                if outcome.resolved() or time.monotonic() > deadline:
-                    progress.update(task, total=len(outcome.states))
-                    break
-                if chaos is not None and time.monotonic() - reconciled > RECONCILE_EVERY:
-                    # ReconcilerFunction's schedule: it repairs a return Redis lost.
-                    self.reconciled.update(sale.reconcile(pending_age=MIN_PENDING_AGE))
-                    reconciled = time.monotonic()
-                time.sleep(0.25)
-        return outcome
+        while True:
+            outcome = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id)
+            progress.update(task, completed=outcome.count("PAID") + outcome.closed)
+            if outcome.resolved() or time.monotonic() > deadline:
+                progress.update(task, total=len(outcome.states))
+                return outcome
+            if chaos is not None and time.monotonic() - reconciled > RECONCILE_EVERY:
+                # ReconcilerFunction's schedule: it repairs a return Redis lost.
+                self.reconciled.update(sale.reconcile(pending_age=MIN_PENDING_AGE))
+                reconciled = time.monotonic()
+            time.sleep(0.25)
 
     def late_expiries(self, progress: Progress, presses: list[Press]) -> None:
         """A chaos run's end: duplicated expiry messages long after every hold was decided

@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -266,7 +267,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel)
-    with progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
+    with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         reconciled: Counter[str] = Counter()
         if sale.chaos is not None:
             presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled)
@@ -274,6 +275,9 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             presses, wall = sale.fire(tokens, progress)
         sampler.mark("wave 1 ends")
         run = HoldsRun(sale, sampler) if holds_on else None
+        if run is not None and sale.chaos is not None:
+            # From here to the end: Redis answers lost, those of the gives-back among them.
+            stack.enter_context(sale.chaos.losing_replies())
         if run is not None:
             run.settle(presses, tokens, wave=1)  # winners pay as their orders are stored, while the queue drains
         # A press that resumed an earlier press's order is answered with the same id.
