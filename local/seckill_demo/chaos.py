@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,9 +89,15 @@ class Chaos:
         }
 
     def fire(
-        self, sale: LocalSale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
+        self,
+        sale: LocalSale,
+        tokens: dict[int, str],
+        progress: Progress,
+        creds: Credentials,
+        reconciled: Counter[str],
+        on_win: Callable[[Press], None],
     ) -> tuple[list[Press], float]:
-        """The presses, under fire."""
+        """The presses, under fire; ``on_win`` is told of each 202."""
         assert self.proxy is not None
         for body in MALFORMED:
             sale.sqs.send_message(QueueUrl=sale.queue_url, MessageBody=body)
@@ -112,7 +118,9 @@ class Chaos:
             creds, self.log, interval=0.5, share=0.5, spare=spare, chance=rng(self.seed, "mysql-connections")
         )
         with killer:
-            result = sale.fire(tokens, progress, on_press=lambda done: done == restart_at and trigger.set())
+            result = sale.fire(
+                tokens, progress, on_press=lambda done: done == restart_at and trigger.set(), on_win=on_win
+            )
             trigger.set()
             restarter.join()
         self.armed.unlink()
@@ -316,13 +324,13 @@ class Chaos:
             ),
             Fault(
                 "payment racing its deadline",
-                holds.racing["pay"],
+                holds.fates["pay at the deadline"],
                 "one transaction under the voucher row lock decides by the database's clock: paid, or 409 EXPIRED",
                 f"payments answered PAID {answers['pay PAID']}, EXPIRED {answers['pay EXPIRED']}",
             ),
             Fault(
                 "cancel racing an expiry",
-                holds.racing["cancel"],
+                holds.fates["cancel at the deadline"],
                 "the same lock: cancelled or expired, the unit given back once",
                 f"cancels answered CANCELLED {answers['cancel CANCELLED']}, EXPIRED {answers['cancel EXPIRED']}",
             ),

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 SAMPLE_EVERY = 0.1  # seconds between two samples of Redis stock
 SAME_PAYMENT_AGAIN = 0.1  # share of payments sent twice with the same paymentId: the second changes nothing
 RACING = {"pay": 0.15, "cancel": 0.5}  # chaos: share of wave 1's payments and cancels sent at the deadline
+EARLY_EXPIRY = 0.25  # chaos: share of wave 1's orders whose expiry also comes early, twice
 # What the status route says of an order once MySQL holds it, by tb_voucher_order.status (4: close_reason).
 STATES = {1: "CONFIRMED", 2: "PAID"}
 
@@ -58,8 +60,8 @@ class Answer:
 class Holds:
     """Everything the holds of one sale did, for the report and the checks."""
 
-    fates: Counter[str] = field(default_factory=Counter)  # pay / cancel / no-show, over every wave
-    racing: Counter[str] = field(default_factory=Counter)  # chaos: payments and cancels sent at the deadline
+    # pay / cancel / no-show (chaos: pay or cancel at the deadline), over every wave
+    fates: Counter[str] = field(default_factory=Counter)
     answers: list[Answer] = field(default_factory=list)
     waves: int = 1
     resold: int = 0  # units bought by waves after the first
@@ -76,7 +78,9 @@ class Holds:
             "waves": self.waves,
             "no_shows": self.fates["no-show"],
             "payments_answered": sum(a.action == "pay" for a in self.answers),
-            "same_payment_again": sum(a.action == "pay" for a in self.answers) - self.fates["pay"],
+            "same_payment_again": sum(a.action == "pay" for a in self.answers)
+            - self.fates["pay"]
+            - self.fates["pay at the deadline"],
         }
 
 
@@ -145,16 +149,6 @@ def answer(order_id: int, action: str, status: int, body: Any) -> Answer:
     data = body.get("data")
     code = data.get("status") if status == 200 and isinstance(data, dict) else body.get("code")
     return Answer(order_id, action, status, code)
-
-
-def draw_fates(order_ids: list[int], no_show: float, cancel: float, seed: int, wave: int) -> dict[int, str]:
-    """Each winner's fate, drawn from the seed: never pays, cancels, or pays."""
-    draws = rng(seed, "fates", wave)
-    fates = {}
-    for order_id in sorted(order_ids):
-        roll = draws.random()
-        fates[order_id] = "no-show" if roll < no_show else "cancel" if roll < no_show + cancel else "pay"
-    return fates
 
 
 class StockSampler:
@@ -348,44 +342,61 @@ class HoldsRun:
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="payer")
         self.running: list[Future[list[Answer]]] = []
         self.later_waves: set[int] = set()  # order ids of the waves after the first
+        self.started: set[int] = set()  # order ids whose winner is on its fate
+        self.lock = threading.Lock()
         self.reconciled: Counter[str] = Counter()  # chaos: reconciliation passes while the holds resolve
 
-    def settle(self, presses: list[Press], tokens: dict[int, str], wave: int) -> None:
-        """Start every winner of the wave on its fate: wave 1's drawn from --no-show and
-        --cancel, later waves' all pay."""
-        orders = dict(promised(presses))
+    def winners(self, tokens: dict[int, str], wave: int) -> Callable[[Press], None]:
+        """What to do with each press of the wave answered 202, as soon as it is: start
+        its winner on its fate (once per order: a resumed press has the same id). Wave 1's
+        fates are drawn from --no-show and --cancel; later waves' winners all pay."""
         chaos, seed, patience = self.sale.chaos, self.args.seed, self.args.drain_timeout
-        if wave > 1:
-            self.later_waves.update(orders)
         # A chaos run's second wave has no-shows too: their deadlines pass while the expiry consumer is down.
-        if wave == 1 or (chaos is not None and wave == 2):
-            fates = draw_fates(list(orders), self.args.no_show, self.args.cancel, seed, wave)
-        else:
-            fates = dict.fromkeys(orders, "pay")
-        again, racing = rng(seed, "same-payment", wave), rng(seed, "racing", wave)
-        self.holds.fates.update(fates.values())
-        for order_id, fate in sorted(fates.items()):
-            token = tokens[orders[order_id]]
+        drawn = wave == 1 or (chaos is not None and wave == 2)
+
+        def won(press: Press) -> None:
+            order_id, user_id = int(press.order_id or 0), press.user_id
+            with self.lock:
+                if order_id in self.started:
+                    return
+                self.started.add(order_id)
+                if wave > 1:
+                    self.later_waves.add(order_id)
+            draws = rng(seed, "fate", wave, user_id)  # per user: the same whatever order the presses end in
+            roll = draws.random() if drawn else 1.0
+            fate = (
+                "no-show"
+                if roll < self.args.no_show
+                else "cancel"
+                if roll < self.args.no_show + self.args.cancel
+                else "pay"
+            )
+            token = tokens[user_id]
+            if chaos is not None and wave == 1 and draws.random() < EARLY_EXPIRY:
+                # Early (due now, long before the deadline) and duplicated: the function re-delays them.
+                chaos.send_expiries(self.sale, {order_id: (user_id, datetime.now(UTC))}, "expiry-early", copies=2)
             if fate == "no-show":
-                continue
-            if chaos is not None and wave == 1 and racing.random() < RACING[fate]:
-                self.holds.racing[fate] += 1
-                late = racing.uniform(-0.3, 0.3)
+                job = None
+            elif chaos is not None and wave == 1 and draws.random() < RACING[fate]:
+                late = draws.uniform(-0.3, 0.3)
                 job = self.pool.submit(self.payer.at_deadline, order_id, fate, token, patience=patience, late=late)
+                fate = f"{fate} at the deadline"
             else:
-                again_too = again.random() < SAME_PAYMENT_AGAIN
-                job = self.pool.submit(self.payer.settle, order_id, fate, token, patience=patience, again=again_too)
-            self.running.append(job)
-        if chaos is not None and wave == 1:
-            # Early (due now, long before the deadline) and duplicated: the function re-delays them.
-            early = {o: (u, datetime.now(UTC)) for o, u in orders.items() if racing.random() < 0.25}
-            chaos.send_expiries(self.sale, early, "expiry-early", copies=2)
+                again = draws.random() < SAME_PAYMENT_AGAIN
+                job = self.pool.submit(self.payer.settle, order_id, fate, token, patience=patience, again=again)
+            with self.lock:
+                self.holds.fates[fate] += 1
+                if job is not None:
+                    self.running.append(job)
+
+        return won
 
     def collect(self) -> None:
         """Wait for every payment and cancel started so far."""
-        for future in self.running:
+        with self.lock:
+            running, self.running = self.running, []
+        for future in running:
             self.holds.answers.extend(future.result())
-        self.running.clear()
 
     def wait_resolved(self, what: str, progress: Progress) -> HoldsOutcome:
         """Until no hold is outstanding and every closed order's unit is back on sale
@@ -448,8 +459,7 @@ class HoldsRun:
             next_user = newcomers.stop
             fresh = mint_tokens(sale.redis, newcomers, ttl_seconds=TOKEN_TTL)
             self.sampler.mark(f"wave {wave}")
-            more, _ = sale.fire(fresh, progress)
-            self.settle(more, fresh, wave)
+            more, _ = sale.fire(fresh, progress, on_win=self.winners(fresh, wave))
             presses.extend(more)
             tokens.update(fresh)
             sale.wait_drained(progress, f"wave {wave}: persisting", need_decided=len(promised(presses)))

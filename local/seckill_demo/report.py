@@ -297,7 +297,7 @@ def render(report: Report, console: Console | None = None) -> None:
     table.add_row("seed", str(report.seed))
     out.print(table)
     if report.plot:
-        out.print(report.plot)
+        out.print(report.plot, soft_wrap=True)  # a path must stay whole to be copied
     if report.faults:
         faults = Table(title="Faults injected")
         for column in ("fault", "injected", "absorbed by", "evidence"):

@@ -97,7 +97,11 @@ class Sale:
         )
 
     def fire(
-        self, tokens: dict[int, str], progress: Progress, on_press: Callable[[int], None] = lambda done: None
+        self,
+        tokens: dict[int, str],
+        progress: Progress,
+        on_press: Callable[[int], None] = lambda done: None,
+        on_win: Callable[[Press], None] = lambda press: None,
     ) -> tuple[list[Press], float]:
         """Every user's presses (see ``seckill_demo.load``)."""
         args = self.args
@@ -111,6 +115,7 @@ class Sale:
             progress,
             args.seed,
             on_press,
+            on_win,
         )
 
     def redeliver(self, presses: list[Press]) -> int:
@@ -269,17 +274,17 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     holds_on = bool(args.no_show or args.cancel)
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         reconciled: Counter[str] = Counter()
-        if sale.chaos is not None:
-            presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled)
-        else:
-            presses, wall = sale.fire(tokens, progress)
-        sampler.mark("wave 1 ends")
         run = HoldsRun(sale, sampler) if holds_on else None
+        # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
+        on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
+        if sale.chaos is not None:
+            presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled, on_win)
+        else:
+            presses, wall = sale.fire(tokens, progress, on_win=on_win)
+        sampler.mark("wave 1 ends")
         if run is not None and sale.chaos is not None:
             # From here to the end: Redis answers lost, those of the gives-back among them.
             stack.enter_context(sale.chaos.losing_replies())
-        if run is not None:
-            run.settle(presses, tokens, wave=1)  # winners pay as their orders are stored, while the queue drains
         # A press that resumed an earlier press's order is answered with the same id.
         accepted = len(promised(presses))
         drained = sale.wait_drained(progress, "draining the queue")
