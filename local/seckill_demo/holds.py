@@ -196,9 +196,10 @@ class StockSampler:
         fig, ax = plt.subplots(figsize=(10, 4))
         if self.samples:
             ax.step(*zip(*self.samples, strict=True), where="post", label="Redis stock")
-        for at, label in self.marks:
+        for i, (at, label) in enumerate(self.marks):
             ax.axvline(at, color="grey", linestyle=":", linewidth=1)
-            ax.annotate(label, (at, 1), xycoords=("data", "axes fraction"), rotation=90, va="top", fontsize=8)
+            height = 1 - 0.3 * (i % 3)  # marks close together would write over each other
+            ax.annotate(label, (at, height), xycoords=("data", "axes fraction"), rotation=90, va="top", fontsize=8)
         ax.set_xlabel("seconds since the sale opened")
         ax.set_ylabel("units on sale")
         ax.set_title(title)
