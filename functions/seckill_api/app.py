@@ -27,7 +27,7 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import openapi, vouchers
+from seckill import holds, openapi, vouchers
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
@@ -53,7 +53,8 @@ app = APIGatewayHttpResolver()
 
 settings = Settings.from_env()
 redis = redis_client(settings)
-gate = Gate(redis, Scripts.register(redis), settings.refusal_cache_seconds)
+scripts = Scripts.register(redis)
+gate = Gate(redis, scripts, settings.refusal_cache_seconds)
 sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
 db = Database.from_settings(settings)
@@ -141,11 +142,11 @@ def press_route(voucherId: openapi.IdText) -> Response[str]:
     return accepted(answer)
 
 
-def require_admin() -> None:
-    """Admin routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
+def require_iam(caller: str = "admin") -> None:
+    """Admin and payment routes are IAM-authorized by API Gateway; refuse anything it did not sign off."""
     context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
     if not context.get("iam"):
-        raise Forbidden("admin credentials required")
+        raise Forbidden(f"{caller} credentials required")
 
 
 def request_body() -> str | None:
@@ -159,7 +160,8 @@ def request_body() -> str | None:
 @app.get(
     "/voucher-order/<orderId>",
     operation_id="getOrderStatus",
-    summary="An order's status: PENDING, CONFIRMED or FAILED (with its reason)",
+    summary="An order's status: PENDING, CONFIRMED (payable until payBy), PAID, EXPIRED, CANCELLED or FAILED "
+    "(with its reason)",
     **openapi.user_route(
         {
             200: openapi.answer("The order, as its owner sees it", openapi.OrderStatusResult),
@@ -172,6 +174,76 @@ def order_status(orderId: openapi.IdText) -> Response[str]:
     user_id = user_of(app.current_event.raw_event)
     order_id = parse_id(orderId, "orderId")
     return results.ok(orders.order_status(db, redis, order_id, user_id))
+
+
+def answered(answer: dict[str, Any] | Refusal) -> Response[str]:
+    """A hold's new fate, or the refusal that says why not."""
+    return refused(answer) if isinstance(answer, Refusal) else results.ok(answer)
+
+
+@app.post(
+    "/voucher-order/<orderId>/payment",
+    operation_id="payOrder",
+    summary="Pay a confirmed order before its payBy (the payment service, by AWS IAM)",
+    openapi_extensions=openapi.request_body(holds.PaymentIn),
+    **openapi.admin_route(
+        {
+            200: openapi.answer(
+                "Paid now, or paid already by this very paymentId (nothing changes): the order, PAID",
+                openapi.OrderStatusResult,
+            ),
+            400: openapi.refused(
+                "The order id is not a positive 64-bit integer, or paymentId is missing or invalid", "BAD_REQUEST"
+            ),
+            404: openapi.refused("No such order", "ORDER_NOT_FOUND"),
+            409: openapi.refused(
+                "Not payable: past its payBy (it expires now if no expiry has yet), cancelled, failed, "
+                "not decided yet, or paid by another paymentId",
+                "EXPIRED",
+                "CANCELLED",
+                "FAILED",
+                "PENDING",
+                "ALREADY_PAID",
+            ),
+        }
+    ),
+)
+def pay_order(orderId: openapi.IdText) -> Response[str]:
+    require_iam("payment service")
+    order_id = parse_id(orderId, "orderId")
+    payment = vouchers.parse_model(request_body(), holds.PaymentIn)
+    answer = holds.pay(db, redis, scripts, order_id, payment.payment_id)
+    if not isinstance(answer, Refusal):
+        logger.info("order paid", extra={"orderId": str(order_id), "paymentId": payment.payment_id})
+    return answered(answer)
+
+
+@app.post(
+    "/voucher-order/<orderId>/cancel",
+    operation_id="cancelOrder",
+    summary="Give up a confirmed order before paying: its unit goes back on sale",
+    **openapi.user_route(
+        {
+            200: openapi.answer(
+                "Cancelled now, or already (nothing changes): the order, CANCELLED", openapi.OrderStatusResult
+            ),
+            400: openapi.refused("The order id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such order, or another user's", "ORDER_NOT_FOUND"),
+            409: openapi.refused(
+                "Not cancellable: paid, past its payBy (it expires now if no expiry has yet), failed, "
+                "or not decided yet",
+                "PAID",
+                "EXPIRED",
+                "FAILED",
+                "PENDING",
+            ),
+        }
+    ),
+)
+def cancel_order(orderId: openapi.IdText) -> Response[str]:
+    user_id = user_of(app.current_event.raw_event)
+    order_id = parse_id(orderId, "orderId")
+    return answered(holds.cancel(db, redis, scripts, order_id, user_id))
 
 
 def page_size(value: str | None) -> int:
@@ -229,7 +301,7 @@ def list_vouchers(
     ),
 )
 def add_seckill_voucher() -> Response[str]:
-    require_admin()
+    require_iam()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
@@ -249,7 +321,7 @@ def add_seckill_voucher() -> Response[str]:
     ),
 )
 def add_voucher() -> Response[str]:
-    require_admin()
+    require_iam()
     voucher = vouchers.parse_voucher(request_body(), vouchers.VoucherIn, settings.timezone)
     return results.ok(vouchers.create_voucher(db, voucher), status=201)
 
@@ -267,7 +339,7 @@ def add_voucher() -> Response[str]:
     ),
 )
 def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
-    require_admin()
+    require_iam()
     voucher_id = parse_id(voucherId, "voucherId")
     vouchers.stop_seckill_voucher(db, redis, voucher_id)
     logger.info("seckill voucher stopped", extra={"voucherId": voucher_id})

@@ -11,8 +11,10 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 from pymysql.cursors import DictCursor
 
 from seckill import hints
@@ -27,7 +29,6 @@ log = logging.getLogger(__name__)
 
 UNPAID, PAID_STATUS, CLOSED_STATUS = 1, 2, 4  # hm-dianping's tb_voucher_order.status
 ALREADY_PAID = "ALREADY_PAID"
-PAYMENT_ID_MAX = 64  # tb_voucher_order.payment_id
 
 NOT_FOUND = Refusal(404, "ORDER_NOT_FOUND", "order not found")
 REFUSALS = {
@@ -38,6 +39,16 @@ REFUSALS = {
     CANCELLED: Refusal(409, CANCELLED, "the order was cancelled"),
     ALREADY_PAID: Refusal(409, ALREADY_PAID, "the order was paid by another payment"),
 }
+
+
+class PaymentIn(BaseModel):
+    """The body of ``POST /voucher-order/{orderId}/payment``: the payment service's id of the
+    payment (printable ASCII; ``tb_voucher_order.payment_id`` holds 64 characters)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="ignore", strict=True, defer_build=True)
+
+    payment_id: Annotated[str, Field(min_length=1, max_length=64, pattern="^[!-~]+$")]
+
 
 # An order stored before holds existed may lack pay_by until the migration fills it:
 # its deadline counts from when it was stored, as the migration's does.

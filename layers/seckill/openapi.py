@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import models_json_schema
 
+from seckill.holds import PaymentIn
 from seckill.ids import ID_PATTERN
 from seckill.vouchers import MAX_PAGE_SIZE, PAGE_SIZE, PAGE_SIZE_PATTERN, SeckillVoucherIn, VoucherIn
 
@@ -55,7 +56,8 @@ IdQuery = Annotated[
     WithJsonSchema({"type": "string", "pattern": ID_PATTERN, "description": "the last id seen"}),
 ]
 
-# The security schemes of template.yaml: its Lambda authorizer on user routes, AWS IAM on admin routes.
+# The security schemes of template.yaml: its Lambda authorizer on user routes, AWS IAM on admin
+# routes and on the payment service's.
 USER, ADMIN = "userToken", "awsSigV4"
 SECURITY_SCHEMES: dict[str, Any] = {
     USER: {
@@ -82,16 +84,22 @@ class _Doc(BaseModel):
 
 
 class OrderStatus(_Doc):
+    """An order: ``payBy`` once it is stored (CONFIRMED and after), ``paidAt`` once PAID,
+    ``reason`` only when FAILED."""
+
     order_id: IdText
     voucher_id: int
     user_id: int
-    status: Literal["PENDING", "CONFIRMED", "FAILED"]
+    status: Literal["PENDING", "CONFIRMED", "PAID", "EXPIRED", "CANCELLED", "FAILED"]
     reason: Literal["DUPLICATE_ORDER", "SOLD_OUT", "VOUCHER_NOT_FOUND", "NOT_QUEUED"] | None
     created_at: datetime | None
+    pay_by: datetime | None
+    paid_at: datetime | None
 
 
 class ListedVoucher(_Doc):
-    """A voucher on sale; a seckill one (``type`` 1) with its stock and sale window, an ordinary one with nulls."""
+    """A voucher on sale; a seckill one (``type`` 1) with its stock, sale window and hold (seconds an order
+    stays payable), an ordinary one with nulls."""
 
     id: int
     shop_id: int
@@ -105,6 +113,7 @@ class ListedVoucher(_Doc):
     stock: int | None
     begin_time: datetime | None
     end_time: datetime | None
+    hold_seconds: int | None
 
 
 class _Ok(_Doc):
@@ -156,6 +165,7 @@ SCHEMAS: tuple[type[BaseModel], ...] = (
     GatewayError,
     VoucherIn,
     SeckillVoucherIn,
+    PaymentIn,
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -20,6 +20,7 @@ from seckill.infra.errors import BadRequest, NotFound
 from seckill.infra.timeutil import ISO_PATTERN, from_db, iso, parse_iso, to_db, to_ms, to_utc
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 # How long the keys of a preload whose creation never committed linger.
 PROVISIONAL_TTL = 3600
@@ -88,7 +89,7 @@ class VoucherIn(BaseModel):
 
 
 class SeckillVoucherIn(VoucherIn):
-    """The body of ``POST /voucher/seckill``: a voucher plus stock and sale window. The window's
+    """The body of ``POST /voucher/seckill``: a voucher plus stock, sale window and hold. The window's
     end is after its begin and not yet passed, and both times fall within the years 1 to 9999 in UTC."""
 
     type: SeckillType = SECKILL
@@ -98,14 +99,19 @@ class SeckillVoucherIn(VoucherIn):
     hold_seconds: Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)] = HOLD_SECONDS
 
 
-def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> VoucherIn:
+def parse_model(body: str | None, model: type[M]) -> M:
     """Validate a JSON body; the first offending field is named in the 400."""
     try:
-        voucher = model.model_validate_json(body or "")
+        return model.model_validate_json(body or "")
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"]) or "body"
         raise BadRequest(f"{field}: {error['msg']}") from None
+
+
+def parse_voucher(body: str | None, model: type[VoucherIn], zone: tzinfo) -> VoucherIn:
+    """Validate a voucher's JSON body; the first offending field is named in the 400."""
+    voucher = parse_model(body, model)
     expected = SECKILL if model is SeckillVoucherIn else ORDINARY
     if voucher.type != expected:
         raise BadRequest(f"type: must be {expected} on this route")
@@ -233,13 +239,13 @@ class Page:
 
 
 def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: int = 0) -> Page:
-    """A page of a shop's vouchers on sale, by id (seckill ones with their stock and
-    window): the first ``limit`` whose id is above ``after``."""
+    """A page of a shop's vouchers on sale, by id (seckill ones with their stock, window
+    and hold): the first ``limit`` whose id is above ``after``."""
 
     def select(cursor: DictCursor) -> list[dict[str, Any]]:
         cursor.execute(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, v.type, v.status,"
-            " sv.stock, sv.begin_time, sv.end_time"
+            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds"
             " FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
             " WHERE v.shop_id = %s AND v.status = %s AND v.id > %s ORDER BY v.id LIMIT %s",
             (shop_id, ON_SALE, after, limit + 1),  # one more says whether a next page exists
@@ -261,6 +267,7 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
             "stock": r["stock"],
             "beginTime": iso(from_db(r["begin_time"])),
             "endTime": iso(from_db(r["end_time"])),
+            "holdSeconds": r["hold_seconds"],
         }
         for r in rows[:limit]
     ]

@@ -416,8 +416,11 @@ def test_order_status_pending_then_confirmed(
         "status": "CONFIRMED",
         "reason": None,
         "createdAt": data["createdAt"],
+        "payBy": data["payBy"],
+        "paidAt": None,
     }
     assert isinstance(data["createdAt"], str)
+    assert datetime.fromisoformat(data["payBy"]) > datetime.fromisoformat(data["createdAt"])
     assert datetime.fromisoformat(data["createdAt"]).tzinfo is not None
 
 
@@ -813,20 +816,28 @@ def test_a_decided_order_is_answered_from_redis_without_mysql(
     creds: Credentials,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Clients poll: once the persister has committed an order, its hint says so, and
-    the polls stop reaching MySQL (here unreachable) until the hint expires."""
+    """Clients poll: once an order's fate is final (here PAID), its hint says so, and
+    the polls stop reaching MySQL (here unreachable) until the hint expires. CONFIRMED
+    is not final: a payment, a cancel or the deadline may have closed the hold since."""
     voucher_id, user_id = make_voucher(stock=2), new_user()
     order_id = body(buy(voucher_id, user_id))["data"]
     persist(handlers, context, sqs, order_queue)
+    module = module_of(handlers["SeckillApiFunction"])
+    working = module.db
+    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
+    monkeypatch.setattr(module, "db", Database(unreachable))
+    expect_refusal(call(status_event(order_id, user_id)), 503, "TRY_AGAIN")
+
+    monkeypatch.setattr(module, "db", working)
+    payment = load_event("seckill_api_payment.json", body=json.dumps({"paymentId": "pay-1"}))
+    assert call(with_path(payment, f"/voucher-order/{order_id}/payment", orderId=order_id))["statusCode"] == 200
     through_mysql = body(call(status_event(order_id, user_id)))["data"]
 
-    module = module_of(handlers["SeckillApiFunction"])
-    unreachable = Credentials("127.0.0.1", closed_port(), creds.user, creds.password, creds.database)
     monkeypatch.setattr(module, "db", Database(unreachable))
     response = call(status_event(order_id, user_id))
     assert response["statusCode"] == 200, response
     assert body(response)["data"] == through_mysql
-    assert through_mysql["status"] == "CONFIRMED"
+    assert through_mysql["status"] == "PAID"
     # Another user still learns nothing.
     expect_refusal(call(status_event(order_id, new_user())), 503, "TRY_AGAIN")
 

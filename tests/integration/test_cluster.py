@@ -22,7 +22,7 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from seckill import hints
+from seckill import hints, holds
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
@@ -145,6 +145,11 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
         assert gate.release(reservation) is False  # settled: nothing of that request left to release
         assert cluster.get(keys.stock(voucher_id)) == "0"
         assert cluster.smembers(keys.buyers(voucher_id)) == {str(first), str(second)}
+        # A closed hold's unit goes back in the voucher's slot too (and the buyer stays).
+        assert holds.give_back(cluster, scripts, voucher_id, order_id) == 1
+        assert holds.give_back(cluster, scripts, voucher_id, order_id) == 0
+        assert cluster.get(keys.stock(voucher_id)) == "1"
+        assert cluster.keyslot(keys.returned(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
 
 
 def test_an_unreachable_cluster_is_a_clear_error() -> None:

@@ -146,6 +146,13 @@ def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any
     # MySQL holds user's order (stock 1): {written 0, Redis stock 1, expected 1, buyers +0, -0}.
     check = run("restore", all_keys, "check", 1, begin, end, json.dumps([user]), json.dumps([order_id]), "[]")
     assert check == [0, 1, 1, 0, 0]
+    returned = keys.returned(voucher_id)
+    try:
+        assert run("give_back", [stock, returned, window], order_id) == 1
+        assert run("give_back", [stock, returned, window], order_id) == 0  # once per order
+        assert redis.get(stock) == "2"
+    finally:
+        redis.delete(returned)
     counter = f"icr:order:test:{uuid.uuid4().hex}"  # not today's real counter
     try:
         assert run("counter_floor", [counter], 7) == 7

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis as redis_lib
 
 from seckill import hints, holds, vouchers
 from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, PAID
@@ -20,7 +21,7 @@ from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
 from seckill.press.gate import Gate
-from tests.helpers import HINT_TTL, accept, db_rows, new_user, on_sale, persist_order
+from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, on_sale, persist_order
 
 
 @dataclass(frozen=True)
@@ -313,3 +314,41 @@ def test_a_redelivered_order_reports_its_stored_deadline(
     assert again.changed is False
     assert again.pay_by is not None
     assert again.pay_by.replace(tzinfo=None) == row["pay_by"]
+
+
+# --- Redis failing after MySQL committed -----------------------------------------------------------
+
+
+@pytest.fixture
+def lost_redis() -> tuple[Any, Scripts]:
+    """A Redis that cannot be reached (as if it failed right after the commit)."""
+    unreachable = redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None)
+    return unreachable, Scripts.register(unreachable)
+
+
+def test_a_cancel_answers_what_mysql_committed_when_redis_fails_and_a_retry_gives_back_once(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold], lost_redis: tuple[Any, Scripts]
+) -> None:
+    hold = sell()
+    cancelled = holds.cancel(db, lost_redis[0], lost_redis[1], hold.order_id, hold.user_id)
+    assert isinstance(cancelled, dict)
+    assert cancelled["status"] == CANCELLED
+    assert stocks(db, redis, hold) == (3, 2)  # Redis missed the return
+    assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
+    assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
+    assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_an_expiry_whose_give_back_fails_raises_and_its_retry_gives_back_once(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold], lost_redis: tuple[Any, Scripts]
+) -> None:
+    hold = sell()
+    overdue(db, hold)
+    with pytest.raises(redis_lib.ConnectionError):
+        holds.expire(db, lost_redis[0], lost_redis[1], hold.order_id)
+    assert stored(db, hold)["close_reason"] == EXPIRED  # committed before Redis was asked
+    assert stocks(db, redis, hold) == (3, 2)
+    retried = holds.expire(db, redis, scripts, hold.order_id)
+    assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 1)
+    assert holds.expire(db, redis, scripts, hold.order_id).given_back == 0
+    assert stocks(db, redis, hold) == (3, 3)

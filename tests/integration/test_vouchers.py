@@ -254,6 +254,7 @@ FIELDS = {
     "stock",
     "beginTime",
     "endTime",
+    "holdSeconds",
 }
 
 
@@ -288,8 +289,10 @@ def test_list_vouchers_of_a_shop(
         "stock": 30,
         "beginTime": "2030-05-01T08:00:00.250Z",
         "endTime": "2030-05-01T10:00:00.250Z",
+        "holdSeconds": 900,
     }
     assert (ordinary["type"], ordinary["stock"], ordinary["beginTime"], ordinary["endTime"]) == (0, None, None, None)
+    assert ordinary["holdSeconds"] is None
     # The body is JSON as is.
     json.dumps(listed)
 

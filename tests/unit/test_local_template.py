@@ -32,6 +32,8 @@ def test_template_routes_with_their_auth(template: Template) -> None:
     assert routes == {
         ("POST", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
         ("GET", "/voucher-order/{orderId}", "default", "SeckillApiFunction"),
+        ("POST", "/voucher-order/{orderId}/payment", "AWS_IAM", "SeckillApiFunction"),
+        ("POST", "/voucher-order/{orderId}/cancel", "default", "SeckillApiFunction"),
         ("GET", "/voucher/list/{shopId}", "NONE", "SeckillApiFunction"),
         ("POST", "/voucher/seckill", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),

@@ -587,7 +587,13 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
 
 def test_admin_routes_are_iam_authorized(template: Template) -> None:
     auth = {(route.method, route.path): route.auth for route, _ in template.routes()}
-    for admin in ("/voucher", "/voucher/seckill", "/voucher/seckill/{voucherId}/stop"):
+    # The payment service's route too: it calls as the admin client does, signed.
+    for admin in (
+        "/voucher",
+        "/voucher/seckill",
+        "/voucher/seckill/{voucherId}/stop",
+        "/voucher-order/{orderId}/payment",
+    ):
         assert auth[("POST", admin)] == "AWS_IAM", admin
     # The payment service signs its calls; a buyer cancels with their own token.
     assert auth[("POST", "/voucher-order/{orderId}/payment")] == "AWS_IAM"

@@ -199,3 +199,18 @@ def test_a_whole_float_is_not_an_integer(field: str) -> None:
     with pytest.raises(BadRequest) as caught:
         parse_voucher(sample(**{field: 1.0}), SeckillVoucherIn, UTC)
     assert caught.value.refusal.message.startswith(f"{field}:"), caught.value.refusal.message
+
+
+@pytest.mark.parametrize("hold", [9, 0, -900, 86_401, 900.0, 900.5, "900", True, [900]])
+def test_hold_seconds_is_an_integer_from_10_to_86400_else_a_400_naming_it(hold: object) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(sample(holdSeconds=hold), SeckillVoucherIn, UTC)
+    assert caught.value.refusal.status == 400
+    assert caught.value.refusal.message.startswith("holdSeconds:"), caught.value.refusal.message
+
+
+@pytest.mark.parametrize(("hold", "expected"), [(None, 900), (10, 10), (86_400, 86_400), (3600, 3600)])
+def test_hold_seconds_takes_its_bounds_and_defaults_to_900(hold: int | None, expected: int) -> None:
+    voucher = parse_voucher(sample(holdSeconds=hold), SeckillVoucherIn, UTC)
+    assert isinstance(voucher, SeckillVoucherIn)
+    assert voucher.hold_seconds == expected
