@@ -165,6 +165,7 @@ def handlers(creds: Credentials, session_queues: dict[str, str], template: Templ
     """The three Lambda handlers, imported as the runtime would, wired to the suite's services."""
     os.environ["ORDER_QUEUE_URL"] = session_queues["OrderQueue"]
     os.environ["ORDER_DLQ_URL"] = session_queues["OrderDeadLetterQueue"]
+    os.environ["ORDER_EXPIRY_QUEUE_URL"] = session_queues["OrderExpiryQueue"]
     return {logical_id: load_handler(fn) for logical_id, fn in template.functions.items()}
 
 

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.applied:
             print(
                 f"voucher {r.voucher_id}: stock {r.redis_stock} -> {r.expected_stock}, "
-                f"buyers +{r.buyers_added} -{r.buyers_removed}"
+                f"buyers +{r.buyers_added} -{r.buyers_removed}, returned units recorded {r.returns_recorded}"
             )
     rebuilt = sum(r.applied for r in done.rebuilt)
     print(f"{rebuilt} of {len(done.rebuilt)} vouchers on sale rebuilt")

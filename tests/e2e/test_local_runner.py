@@ -28,6 +28,7 @@ import pytest
 import redis as redis_lib
 from botocore.exceptions import ClientError
 
+from seckill import vouchers
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
@@ -35,6 +36,7 @@ from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill.tokens import store_tokens, user_for_token
+from seckill.vouchers import MIN_HOLD_SECONDS
 from seckill_demo.faults import PrivateRedis
 from seckill_demo.stack import free_port
 from seckill_local.api import LocalHttpApi, make_server
@@ -43,7 +45,7 @@ from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
 from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import ROOT, TEMPLATE, Template
-from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, signed
+from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, on_sale, signed
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
@@ -575,6 +577,51 @@ def test_feeder_with_the_runners_poison_queue_moves_the_bad_record_there_and_del
     assert [m["Body"] for m in moved] == ["not an order"]
     assert moved[0]["MessageId"] != sent
     assert queue_depth(sqs, queues["OrderDeadLetterQueue"]) == 0
+
+
+def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
+    runner: Runner, sqs: Any, db: Database, redis: Any, gate: Gate
+) -> None:
+    """As ``seckill-local feed`` wires them from the template's event source mappings: the
+    persister stores the order and sends its expiry, delayed until its deadline (the contract's
+    shortest hold, 10 s); the expiry function receives it then, expires the order and puts
+    its unit back on sale."""
+    feeds = {fn.logical_id: source["Queue"]["Fn::GetAtt"][0] for fn in runner.template.functions.values()
+             for source in fn.sqs_events}  # fmt: skip
+    assert feeds == {"OrderPersisterFunction": "OrderQueue", "OrderExpiryFunction": "OrderExpiryQueue"}
+    queues = runner.queues()
+
+    def delayed() -> int:
+        # The runner's queue is the module's: earlier tests' expiries wait there for 15 minutes.
+        return int(queue_attributes(sqs, queues["OrderExpiryQueue"])["ApproximateNumberOfMessagesDelayed"])
+
+    waiting = delayed()
+    voucher = on_sale(3).model_copy(update={"hold_seconds": MIN_HOLD_SECONDS})
+    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+    message = accept(gate, redis, voucher_id, new_user())
+    sqs.send_message(QueueUrl=queues["OrderQueue"], MessageBody=message.to_json())
+    pools = {logical_id: runner.pool(logical_id, 1) for logical_id in feeds}
+    feeders = {
+        logical_id: QueueFeeder(sqs, queues[feeds[logical_id]], pool, batch_size=10, concurrency=1)
+        for logical_id, pool in pools.items()
+    }
+    try:
+        assert feeders["OrderPersisterFunction"].poll_once(wait_seconds=1) == 1
+        assert feeders["OrderPersisterFunction"].stats.deleted == 1
+        assert delayed() == waiting + 1
+        assert feeders["OrderExpiryFunction"].poll_once() == 0  # delayed: not there yet
+        deadline = time.monotonic() + 60
+        while not feeders["OrderExpiryFunction"].stats.records and time.monotonic() < deadline:
+            feeders["OrderExpiryFunction"].poll_once(wait_seconds=1)
+        assert feeders["OrderExpiryFunction"].stats.deleted == 1
+        rows = db_rows(db, "SELECT status, close_reason FROM tb_voucher_order WHERE id = %s", message.order_id)
+        assert rows == [{"status": 4, "close_reason": "EXPIRED"}]
+        assert db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id) == [{"stock": 3}]
+        assert redis.get(keys.stock(voucher_id)) == "3"
+    finally:
+        for pool in pools.values():
+            pool.close()
+        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
 
 
 # --- seckill-local invoke as a command ---------------------------------------------------------

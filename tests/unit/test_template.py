@@ -595,8 +595,7 @@ def test_admin_routes_are_iam_authorized(template: Template) -> None:
         "/voucher-order/{orderId}/payment",
     ):
         assert auth[("POST", admin)] == "AWS_IAM", admin
-    # The payment service signs its calls; a buyer cancels with their own token.
-    assert auth[("POST", "/voucher-order/{orderId}/payment")] == "AWS_IAM"
+    # A buyer cancels with their own token.
     assert auth[("POST", "/voucher-order/{orderId}/cancel")] == "default"
     stop = next(route for route, _ in template.routes() if route.path.endswith("/stop"))
     assert stop.match("POST", "/voucher/seckill/42/stop") == {"voucherId": "42"}
