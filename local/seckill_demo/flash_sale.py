@@ -124,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="FRACTION",
         help="share of winners who never pay: their units come back at the deadline and new users buy them "
-        "in further waves; the other winners pay (default 0; without --no-show and --cancel nobody pays)",
+        "in further waves; the other winners pay (default 0; without --no-show, --cancel and --hold nobody pays)",
     )
     holds.add_argument(
         "--cancel", type=float, default=0.0, metavar="FRACTION", help="share of winners who cancel (default 0)"
@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plot",
         type=Path,
-        help="draw Redis stock through the sale to this PNG (default with --no-show or --cancel: "
+        help="draw Redis stock through the sale to this PNG (default with --no-show, --cancel or --hold: "
         "seckill-sale-<voucherId>-stock.png in the current folder)",
     )
     p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not (0 <= args.no_show <= 1 and 0 <= args.cancel <= 1 and args.no_show + args.cancel <= 1):
         parser().error("--no-show and --cancel are shares of the winners: each 0 to 1, together at most 1")
-    if args.endpoint and (args.no_show or args.cancel):
-        parser().error("--no-show and --cancel run on the local services only, not with --endpoint")
+    if args.endpoint and (args.no_show or args.cancel or args.hold is not None):
+        parser().error("--no-show, --cancel and --hold run on the local services only, not with --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
     if args.endpoint and args.chaos:

@@ -271,7 +271,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
-    holds_on = bool(args.no_show or args.cancel)
+    holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         reconciled: Counter[str] = Counter()
         run = HoldsRun(sale, sampler) if holds_on else None
