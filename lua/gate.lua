@@ -8,7 +8,10 @@
 -- ARGV[1] user id, ARGV[2] request token (identifies this reservation)
 -- Returns {code, nowMs, orderId}: 0 OK, 1 VOUCHER_NOT_FOUND, 2 NOT_STARTED, 3 ENDED,
 -- 4 SOLD_OUT, 5 DUPLICATE_ORDER, 6 RESUMED (the user's reservation already carries
--- an order id that no request has promised yet: this request takes it over).
+-- an order id that no request has promised yet: this request takes it over), 7 ENDED
+-- while the user's reservation carries an order id no request has promised: the
+-- caller fails that order, then releases it (docs/reservations.md); the reply is then
+-- {7, acceptedMs, orderId, requestToken} of that reservation.
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
 local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
@@ -21,28 +24,37 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local accepted, token, order_id, promised = parse_mark(redis.call('HGET', KEYS[4], ARGV[1]))
-if accepted then
-  if token == ARGV[2] then
-    -- A retry of this very request (its reply was lost on the way): the same answer.
-    return {0, tonumber(accepted), order_id}
-  end
-  if not promised then
-    -- No client was told 202 for this reservation: the request that made it gave up
-    -- (its reply was lost, it answered 503) or is still running. The user's new
-    -- press takes it over, so a retry succeeds at once instead of waiting for
-    -- reconciliation; the old request's later steps fail on the token.
-    redis.call('HSET', KEYS[4], ARGV[1], make_mark(now_ms, ARGV[2], order_id))
-    return {order_id ~= '' and 6 or 0, now_ms, order_id}
-  end
-end
-
 if now_ms < begin_ms then
   return {2, now_ms, ''}
 end
+
+local accepted, token, order_id, promised = parse_mark(redis.call('HGET', KEYS[4], ARGV[1]))
+if accepted and token == ARGV[2] then
+  -- A retry of this very request (its reply was lost on the way), accepted inside the
+  -- window by its first run: the same answer, even after the close.
+  return {0, tonumber(accepted), order_id}
+end
 if now_ms > end_ms then
+  -- Closed (or stopped): no order is created or resumed any more. A reservation no
+  -- client was told 202 for is resolved as reconciliation would, before its age.
+  if accepted and not promised then
+    if order_id ~= '' then
+      return {7, tonumber(accepted), order_id, token}
+    end
+    unreserve(KEYS[1], KEYS[2], KEYS[4], ARGV[1])
+  end
   return {3, now_ms, ''}
 end
+
+if accepted and not promised then
+  -- No client was told 202 for this reservation: the request that made it gave up
+  -- (its reply was lost, it answered 503) or is still running. The user's new
+  -- press takes it over, so a retry succeeds at once instead of waiting for
+  -- reconciliation; the old request's later steps fail on the token.
+  redis.call('HSET', KEYS[4], ARGV[1], make_mark(now_ms, ARGV[2], order_id))
+  return {order_id ~= '' and 6 or 0, now_ms, order_id}
+end
+
 if stock <= 0 then
   return {4, now_ms, ''}
 end

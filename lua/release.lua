@@ -7,7 +7,5 @@ local accepted, token = parse_mark(redis.call('HGET', KEYS[3], ARGV[1]))
 if not accepted or token ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('INCR', KEYS[1])
+unreserve(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 return 1

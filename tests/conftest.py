@@ -4,16 +4,19 @@ so leftovers of other runs never collide) and cleans up its keys."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from moto.server import ThreadedMotoServer
+from redis import Redis
 
 from benchmarks.servers import SqsServer
 from seckill import vouchers
@@ -29,11 +32,13 @@ from seckill_demo.stack import free_port
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
-from tests.helpers import drain, on_sale
+from tests.claims import claimed_database
+from tests.helpers import RESULT_KEYS, Handler, body, drain, on_sale, seckill_event
 from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
 DB_NAME = f"seckill_test_{RUN_ID}"
+UNIT_TESTS = Path(__file__).parent / "unit"
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -41,9 +46,8 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 os.environ.update(LOCAL_AWS)
 os.environ.update(
     {
-        # A database of the run's own (1-15): the global keys (seckill:loaded, the rebuild
-        # lock, the id counter) are not shared with another suite running beside it.
-        "REDIS_URL": os.environ.get("TEST_REDIS_URL", f"redis://127.0.0.1:6379/{secrets.randbelow(15) + 1}"),
+        # Until the run claims a database of its own (redis_database): nothing reaches Redis before.
+        "REDIS_URL": os.environ.get("TEST_REDIS_URL", "redis://unclaimed.invalid:6379/0"),
         "DB_HOST": os.environ.get("TEST_DB_HOST", "127.0.0.1"),
         "DB_PORT": os.environ.get("TEST_DB_PORT", "3306"),
         "DB_USER": os.environ.get("TEST_DB_USER", "root"),
@@ -58,8 +62,22 @@ os.environ.update(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def redis_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """REDIS_URL: TEST_REDIS_URL if given, else a database of the local Redis claimed for this
+    run alone (tests/claims.py). Unit tests reach no service: a run of them alone claims none."""
+    if "TEST_REDIS_URL" in os.environ or all(UNIT_TESTS in item.path.parents for item in request.session.items):
+        yield os.environ["REDIS_URL"]
+        return
+    client = Redis(host="127.0.0.1", port=6379, decode_responses=True)
+    with claimed_database(client, f"pid {os.getpid()} run {RUN_ID}") as database:
+        os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{database}"
+        yield os.environ["REDIS_URL"]
+    client.close()
+
+
 @pytest.fixture(scope="session")
-def settings() -> Settings:
+def settings(redis_database: str) -> Settings:
     return Settings.from_env()
 
 
@@ -223,3 +241,45 @@ def arena(
     made = Arena(db, creds, redis, gate, make_voucher)
     yield made
     made.clean()
+
+
+@pytest.fixture
+def call(handlers: dict[str, Handler], context: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Invoke SeckillApiFunction; every answer must be a ``Result`` and never a stack trace."""
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        response = handlers["SeckillApiFunction"](json.loads(json.dumps(event)), context)
+        assert "Traceback" not in response["body"], response
+        result = body(response)
+        assert set(result) == RESULT_KEYS, result
+        assert result["success"] is (response["statusCode"] < 400), response
+        if not result["success"]:
+            assert result["data"] is None
+            assert isinstance(result["errorMsg"], str)
+            assert result["errorMsg"]
+            assert isinstance(result["code"], str)
+        return response
+
+    return invoke
+
+
+@pytest.fixture
+def orders_made(redis: Any) -> Iterator[list[int]]:
+    """Order ids the test got a 202 for; their status hints are removed afterwards."""
+    made: list[int] = []
+    yield made
+    for order_id in made:
+        redis.delete(keys.order_status(order_id))
+
+
+@pytest.fixture
+def buy(
+    call: Callable[[dict[str, Any]], dict[str, Any]], orders_made: list[int]
+) -> Callable[[int, int], dict[str, Any]]:
+    def place(voucher_id: int, user_id: int) -> dict[str, Any]:
+        response = call(seckill_event(voucher_id, user_id))
+        if response["statusCode"] == 202:
+            orders_made.append(int(body(response)["data"]))
+        return response
+
+    return place

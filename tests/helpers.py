@@ -3,25 +3,34 @@ and steps of the service (accept, reconcile, recover) short of the handlers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import time
 import urllib.parse
 import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
+import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as AwsCredentials
+from redis import Redis
+from redis.exceptions import RedisError
 
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.config import Settings
-from seckill.infra.db import Database
+from seckill.infra.db import Credentials, Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue
@@ -31,11 +40,14 @@ from seckill.repair.reconcile import VoucherReconciled, reconcile
 from seckill.repair.recovery import Recovery, recover_if_lost
 from seckill.vouchers import SeckillVoucherIn
 from seckill_demo.stack import free_port
+from seckill_local.feeder import sqs_event
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import ROOT
 
 EVENTS = ROOT / "events"
 HINT_TTL = 3600
+
+T = TypeVar("T")
 
 
 def new_user() -> int:
@@ -46,6 +58,51 @@ def new_user() -> int:
 def closed_port() -> int:
     """A local port nothing listens on: for an unreachable Redis, MySQL or endpoint."""
     return free_port()
+
+
+def wait_for(
+    probe: Callable[[], T],
+    what: str,
+    *,
+    until: Callable[[T], bool] = bool,
+    timeout: float = 10,
+    interval: float = 0.05,
+    ignoring: tuple[type[Exception], ...] = (),
+) -> T:
+    """Call ``probe`` every ``interval`` seconds until ``until`` accepts its value, and return
+    that value. Past ``timeout`` seconds the test fails, naming ``what`` it awaited and the last
+    value (or ``ignoring`` exception) seen. Any other exception of ``probe`` ends the wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last: object
+        try:
+            value = probe()
+        except ignoring as error:
+            last = error
+        else:
+            if until(value):
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def redis_server(*options: str, password: str | None = None) -> Iterator[str]:
+    """A redis-server of the caller's own on a free port, without persistence; its URL."""
+    assert shutil.which("redis-server"), "Redis must be installed"
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    try:
+        probe = Redis(port=port, password=password, socket_connect_timeout=0.5)
+        wait_for(probe.ping, f"redis-server on port {port}", timeout=20, interval=0.1, ignoring=(RedisError,))
+        probe.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait()
 
 
 def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
@@ -180,3 +237,109 @@ def signed(
     request = AWSRequest(method=method, url=url, data=data, headers=headers or {})
     SigV4Auth(AwsCredentials(key, secret), service, region).add_auth(request)
     return {**dict(request.headers), "host": urllib.parse.urlsplit(url).netloc}
+
+
+# --- SeckillApiFunction's events and answers (the tests/integration/test_api_*.py files) ---
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+RESULT_KEYS = {"success", "data", "errorMsg", "code"}
+
+
+def module_of(handler: Callable[..., Any]) -> ModuleType:
+    """The handler's own module (``load_handler`` imports it under a unique name)."""
+    return sys.modules[handler.__module__]
+
+
+def with_path(event: dict[str, Any], path: str, **params: str) -> dict[str, Any]:
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    if params:
+        event["pathParameters"] = params
+    return event
+
+
+def as_user(event: dict[str, Any], user_id: int | None) -> dict[str, Any]:
+    """The authorizer's context, as API Gateway hands it over (or none at all)."""
+    if user_id is None:
+        event["requestContext"].pop("authorizer", None)
+    else:
+        event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
+    return event
+
+
+def seckill_event(voucher_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_seckill.json")
+    return as_user(
+        with_path(event, f"/voucher-order/seckill/{voucher_id}", voucherId=str(voucher_id)),
+        user_id,
+    )
+
+
+def status_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_order_status.json")
+    return as_user(with_path(event, f"/voucher-order/{order_id}", orderId=str(order_id)), user_id)
+
+
+def payment_event(order_id: int | str, payment_id: str = "pay-1", **changes: Any) -> dict[str, Any]:
+    """The payment service's payment of an order (signed: the IAM context is the sample's)."""
+    changes.setdefault("body", json.dumps({"paymentId": payment_id}))
+    event = load_event("seckill_api_payment.json", **changes)
+    return with_path(event, f"/voucher-order/{order_id}/payment", orderId=str(order_id))
+
+
+def cancel_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
+    event = load_event("seckill_api_cancel.json")
+    return as_user(with_path(event, f"/voucher-order/{order_id}/cancel", orderId=str(order_id)), user_id)
+
+
+def list_event(shop_id: int | str) -> dict[str, Any]:
+    return with_path(load_event("seckill_api_list_vouchers.json"), f"/voucher/list/{shop_id}", shopId=str(shop_id))
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def seckill_voucher_body(shop_id: int, **changes: Any) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    data: dict[str, Any] = json.loads(load_event("seckill_api_add_seckill_voucher.json")["body"])
+    data.update(
+        shopId=shop_id,
+        beginTime=iso(now - timedelta(minutes=1)),
+        endTime=iso(now + timedelta(hours=1)),
+        stock=3,
+    )
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def admin_event(name: str, payload: Any) -> dict[str, Any]:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return load_event(name, body=text)
+
+
+def expect_refusal(response: dict[str, Any], status: int, code: str) -> None:
+    assert response["statusCode"] == status, response
+    assert body(response)["code"] == code, response
+
+
+def persist(handlers: dict[str, Handler], context: Any, sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    """Take what is on the queue and hand it to the persister, as the event source mapping would."""
+    messages = drain(sqs, queue_url)
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    response = handlers["OrderPersisterFunction"](sqs_event(messages, arn), context)
+    assert response == {"batchItemFailures": []}
+    return messages
+
+
+def stop_mysql(handlers: dict[str, Handler], creds: Credentials, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The API's database on a port nothing listens on (DB_PORT of a closed port); returns the port."""
+    port = closed_port()
+    module = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(module, "db", Database(replace(creds, port=port)))
+    return port
+
+
+def expect_try_again(response: dict[str, Any], *hidden: str) -> None:
+    expect_refusal(response, 503, "TRY_AGAIN")
+    for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", *hidden):
+        assert leak not in response["body"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ from seckill.messages import MalformedMessage, OrderMessage, queue_depth
 from seckill.persist.persistence import Decision, OrderIdConflict, fail_unqueued
 from seckill.persist.poison import REASON_ATTRIBUTE, Decided, Failed, Poisoned, Taken
 from seckill.press.gate import Gate, Mark
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, persist_order
+from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, persist_order, wait_for
 
 # Message attributes as Lambda hands them to the function (binary values base64-encoded):
 # every record carries them, and a record moved to the poison queue must keep them.
@@ -374,17 +373,27 @@ def check_effects(case: Case, expect: Expect, before: Seen | None, after: Seen |
 
 
 def received(sqs: Any, url: str, count: int, timeout: float = 10) -> list[dict[str, Any]]:
-    """Receive (and delete) until ``count`` messages came, or ``timeout`` seconds passed;
-    then the queue must be empty."""
+    """Receive (and delete) until ``count`` messages came (the test fails past ``timeout``
+    seconds); then the queue must be empty."""
     taken: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while len(taken) < count and time.monotonic() < deadline:
+
+    def take() -> int:
         messages = sqs.receive_message(
             QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], WaitTimeSeconds=1
         ).get("Messages", [])
         for m in messages:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
         taken.extend(messages)
+        return len(taken)
+
+    if count:  # none expected: no receive to wait out, the queue is checked empty below
+        wait_for(
+            take,
+            f"{count} messages on {url}",
+            until=lambda taken_count: taken_count >= count,
+            timeout=timeout,
+            interval=0,
+        )
     assert queue_depth(sqs, url) == 0
     return taken
 

@@ -30,3 +30,10 @@ local function parse_mark(mark)
   return accepted, token, order_id, state == ':promised'
 end
 
+-- Undoes the user's reservation: the mark deleted, the user out of
+-- the buyers set, stock +1. The caller has checked that the mark is the one to release.
+local function unreserve(stock_key, buyers_key, pending_key, user)
+  redis.call('HDEL', pending_key, user)
+  redis.call('SREM', buyers_key, user)
+  redis.call('INCR', stock_key)
+end

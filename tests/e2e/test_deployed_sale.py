@@ -15,7 +15,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from seckill_local.lambdas import local_parameters
 from seckill_local.outputs_stack import outputs_template
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import ROOT, Template
-from tests.helpers import db_rows
+from tests.helpers import db_rows, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +38,12 @@ SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
 
 def wait_ready(process: subprocess.Popen[bytes], ready: Any, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def up() -> bool:
         assert process.poll() is None, f"{what} exited early"
-        try:
-            if ready():
-                return
-        except (OSError, urllib3.exceptions.HTTPError):
-            pass  # not listening yet
-        time.sleep(0.3)
-    pytest.fail(f"{what} did not come up within {timeout:.0f} s")
+        return ready()
+
+    # Not listening yet: OSError or HTTPError.
+    wait_for(up, f"{what} to come up", timeout=timeout, interval=0.3, ignoring=(OSError, urllib3.exceptions.HTTPError))
 
 
 @pytest.fixture(scope="module")

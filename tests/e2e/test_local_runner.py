@@ -45,7 +45,7 @@ from seckill_local.lambdas import WORKER_HOOK, FunctionPool, local_parameters
 from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import ROOT, TEMPLATE, Template
-from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, on_sale, signed
+from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, on_sale, signed, wait_for
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
@@ -529,10 +529,12 @@ def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
     )
 
     # After the visibility timeout (1 s here) the failed record is back, and only it.
-    deadline = time.monotonic() + 5
-    back: list[dict[str, Any]] = []
-    while not back and time.monotonic() < deadline:
-        back = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1, AttributeNames=["All"]).get("Messages", [])
+    back = wait_for(
+        lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1, AttributeNames=["All"]).get("Messages", []),
+        "the failed record back",
+        timeout=5,
+        interval=0,
+    )
     assert [m["MessageId"] for m in back] == [bad_id]
     assert back[0]["Attributes"]["ApproximateReceiveCount"] == "2"
 
@@ -685,14 +687,11 @@ def test_seckill_local_invoke_keeps_function_logs_off_stdout(
 
 
 def wait_until(ready: Callable[[], bool], what: str, process: subprocess.Popen[Any], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def up() -> bool:
         assert process.poll() is None, f"{what} exited early"
-        with contextlib.suppress(OSError):
-            if ready():
-                return
-        time.sleep(0.2)
-    pytest.fail(f"{what} did not come up within {timeout:.0f} s")
+        return ready()
+
+    wait_for(up, f"{what} to come up", timeout=timeout, interval=0.2, ignoring=(OSError,))
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,14 +26,16 @@ from seckill import hints
 from seckill.infra import keys
 from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
-from seckill.infra.db import Database
+from seckill.infra.db import Credentials, Database
 from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent
+from seckill.persist.persistence import NOT_QUEUED, decide_orders
 from seckill.press.gate import TAKEN_OVER, Gate, Mark
 from seckill.press.orders import place_order
+from seckill.vouchers import stop_seckill_voucher
 from seckill_demo.proxy import FOREVER, LossyProxy
-from tests.helpers import closed_port, db_rows, drain, new_user, persist_order, reconcile_voucher
+from tests.helpers import accept, closed_port, db_rows, drain, new_user, persist_order, reconcile_voucher
 
 TTL = 600
 
@@ -68,6 +71,13 @@ def lossy_redis(redis_proxy: LossyProxy, settings: Settings) -> Any:
 @pytest.fixture
 def lossy_gate(lossy_redis: Any) -> Gate:
     return Gate(lossy_redis, Scripts.register(lossy_redis), refusal_cache_seconds=0)
+
+
+def lose_gate_replies(redis: Any, redis_proxy: LossyProxy, gate: Gate) -> None:
+    """From now on the gate script runs and its replies are lost (it is loaded first:
+    what is lost is its answer, not a NOSCRIPT)."""
+    redis.script_load(gate.scripts.gate.text)
+    redis_proxy.only_after, redis_proxy.drop_replies = b"EVALSHA", FOREVER
 
 
 def persist_all(sqs: Any, url: str, db: Database, redis: Any, gate: Gate) -> list[tuple[int, str]]:
@@ -251,6 +261,28 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
     assert not redis.sismember(keys.buyers(voucher_id), buyer)
 
 
+def test_a_release_that_fails_after_the_order_id_was_attached_logs_that_order_id(
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    refused_send_then_redis_gone: OrderQueue,
+    make_voucher: Callable[..., int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the log named the reservation with order_id=None."""
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    with pytest.raises(SeckillError):
+        place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
+    redis_proxy.come_back()
+    stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert stranded is not None
+    assert stranded.order_id is not None
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("could not release reservation")]
+    assert f"order_id={stranded.order_id})" in record.getMessage()
+
+
 # --- 3. The gate ran but its reply was lost ----------------------------------------------------
 
 
@@ -268,7 +300,7 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     reconcile period, while the user held no order."""
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=2), new_user()
-    redis_proxy.only_after, redis_proxy.drop_replies = b"EVALSHA", FOREVER
+    lose_gate_replies(redis, redis_proxy, lossy_gate)
     with pytest.raises(SeckillError) as lost:
         place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert (lost.value.refusal.status, lost.value.refusal.code) == (503, "TRY_AGAIN")
@@ -380,3 +412,152 @@ def test_a_pending_hint_written_after_the_persister_decided_leaves_the_final_hin
 
     hints.write_pending(redis, OrderMessage(order_id, buyer, voucher_id, datetime.now(UTC)), TTL)
     assert json.loads(redis.get(keys.order_status(order_id)))["status"] == "CONFIRMED"
+
+
+# --- 4. The sale closes on a reservation nobody was answered for ------------------------------
+
+
+def close_by_stop(db: Database, redis: Any, voucher_id: int) -> None:
+    stop_seckill_voucher(db, redis, voucher_id)
+
+
+def close_by_end(db: Database, redis: Any, voucher_id: int) -> None:
+    """The window's end passes, by the Redis server's clock the gate reads."""
+    seconds, micros = redis.time()
+    redis.hset(keys.window(voucher_id), "end", seconds * 1000 + micros // 1000 - 1)
+
+
+CLOSES = [pytest.param(close_by_stop, id="stopped"), pytest.param(close_by_end, id="ended")]
+ENDED_ANSWER = Refusal(409, "ENDED", "the sale has ended")
+
+
+def nothing_held(redis: Any, voucher_id: int, user_id: int) -> bool:
+    return not redis.hexists(keys.pending(voucher_id), str(user_id)) and not redis.sismember(
+        keys.buyers(voucher_id), user_id
+    )
+
+
+@pytest.mark.parametrize("close", CLOSES)
+def test_after_the_close_a_lost_gate_reply_is_released_and_the_press_is_ended(
+    close: Callable[[Database, Any, int], None],
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    sqs: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """Before: the press took the reservation over and was answered 202, and its order
+    was confirmed after the sale, while everyone else was answered ENDED."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    lose_gate_replies(redis, redis_proxy, lossy_gate)
+    with pytest.raises(SeckillError):
+        place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    redis_proxy.drop_replies = 0
+    assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
+    close(db, redis, voucher_id)
+
+    answer = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert answer == ENDED_ANSWER
+    assert redis.get(keys.stock(voucher_id)) == "2", "the held unit is back"
+    assert nothing_held(redis, voucher_id, buyer)
+    assert drain(sqs, url) == []
+    assert confirmed(db, voucher_id) == []
+
+
+@pytest.fixture
+def sent_then_died(gate: Gate, redis: Any, sqs: Any, queues: dict[str, str]) -> Callable[[int, int], OrderMessage]:
+    """A press that attached its order id and sent it, then died before its promise and
+    its 202: an unpromised mark, and a copy of the order on the queue."""
+
+    def press(voucher_id: int, user_id: int) -> OrderMessage:
+        message = accept(gate, redis, voucher_id, user_id, promise=False)
+        assert OrderQueue(sqs, queues["OrderQueue"]).send(message) is Sent.SENT
+        return message
+
+    return press
+
+
+@pytest.mark.parametrize("close", CLOSES)
+def test_after_the_close_an_unpromised_order_is_failed_released_and_its_copy_refused(
+    close: Callable[[Database, Any, int], None],
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+    sent_then_died: Callable[[int, int], OrderMessage],
+) -> None:
+    """Before: the press resumed the order and was answered 202 with it after the sale,
+    and the order was confirmed."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    stranded = sent_then_died(voucher_id, buyer)
+    close(db, redis, voucher_id)
+
+    answer = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert answer == ENDED_ANSWER
+    assert redis.get(keys.stock(voucher_id)) == "2", "the held unit is back"
+    assert nothing_held(redis, voucher_id, buyer)
+    rejections = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", stranded.order_id)
+    assert rejections == [{"reason": NOT_QUEUED}]
+    assert persist_all(sqs, url, db, redis, gate) == [(stranded.order_id, "FAILED")], "the copy sent is refused"
+    assert confirmed(db, voucher_id) == []
+    assert stocks(db, redis, voucher_id) == ("2", 2)
+
+
+def test_after_the_close_an_order_the_persister_confirmed_stays(
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+    sent_then_died: Callable[[int, int], OrderMessage],
+) -> None:
+    """The persister committed the order inside the window but has not cleared its mark
+    yet: it was accepted in the window, so it stays, and so does its unit."""
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    stranded = sent_then_died(voucher_id, buyer)
+    (message,) = drain(sqs, url)
+    assert decide_orders(db, [OrderMessage.from_json(message["Body"])])[0].status == "CONFIRMED"
+    close_by_stop(db, redis, voucher_id)
+
+    answer = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert answer == ENDED_ANSWER
+    assert confirmed(db, voucher_id) == [{"id": stranded.order_id, "user_id": buyer}]
+    assert redis.get(keys.stock(voucher_id)) == "1", "the unit stays sold"
+    assert redis.sismember(keys.buyers(voucher_id), buyer)
+
+
+def test_after_the_close_a_cleanup_that_fails_is_still_ended_and_left_to_reconciliation(
+    creds: Credentials,
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+    sent_then_died: Callable[[int, int], OrderMessage],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = queues["OrderQueue"]
+    voucher_id, buyer = make_voucher(stock=2), new_user()
+    stranded = sent_then_died(voucher_id, buyer)
+    close_by_stop(db, redis, voucher_id)
+
+    unreachable = Database(replace(creds, port=closed_port()))
+    answer = place_order(gate, redis, OrderQueue(sqs, url), unreachable, voucher_id, buyer, status_ttl=TTL)
+    assert answer == ENDED_ANSWER
+    assert f"could not fail order {stranded.order_id}" in caplog.text
+    assert redis.get(keys.stock(voucher_id)) == "1", "nothing is released before the order is failed"
+
+    result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id, drained=False)
+    assert result.failed == [str(stranded.order_id)]
+    assert persist_all(sqs, url, db, redis, gate) == [(stranded.order_id, "FAILED")]
+    assert stocks(db, redis, voucher_id) == ("2", 2)

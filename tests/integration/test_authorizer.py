@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 import redis as redis_lib
 
 from seckill.infra import keys
-from tests.helpers import closed_port, load_event, new_user
+from tests.helpers import closed_port, load_event, module_of, new_user
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 DENIED = {"isAuthorized": False}
@@ -158,7 +157,7 @@ def test_a_failed_lookup_raises_instead_of_denying(
     """Redis unreachable: a deny would be cached by API Gateway for ReauthorizeEvery; a
     failed invocation is a 500 that nobody caches."""
     token = mint(new_user())
-    module = sys.modules[handlers["AuthorizerFunction"].__module__]
+    module = module_of(handlers["AuthorizerFunction"])
     with monkeypatch.context() as patch:
         patch.setattr(module, "redis", redis_lib.Redis(port=closed_port(), socket_connect_timeout=0.2, retry=None))
         with pytest.raises(redis_lib.exceptions.ConnectionError):

@@ -7,12 +7,12 @@ and redis-cli, as installed with Redis) and removed at the end.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -35,7 +35,7 @@ from seckill.persist.persistence import Decision, persist_orders
 from seckill.press.gate import Gate
 from seckill.press.orders import place_order
 from seckill.vouchers import create_seckill_voucher, preload
-from tests.helpers import accept, closed_port, new_user, on_sale
+from tests.helpers import accept, closed_port, new_user, on_sale, wait_for
 
 NODES = 3
 
@@ -55,10 +55,16 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # noqa: S603
     try:
         for port in ports:
-            wait_for(lambda port=port: ping(port))
+            wait_for(functools.partial(ping, port), f"the Redis node on port {port}", timeout=20, interval=0.1)
         create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports), "--cluster-yes"]
         subprocess.run(create, check=True, capture_output=True, timeout=60)  # noqa: S603
-        wait_for(lambda: "cluster_state:ok" in info(ports[0]))
+        wait_for(
+            lambda: info(ports[0]),
+            "cluster_state:ok",
+            until=lambda text: "cluster_state:ok" in text,
+            timeout=20,
+            interval=0.1,
+        )
         yield f"redis://127.0.0.1:{ports[0]}/0"
     finally:
         for process in processes:
@@ -96,14 +102,6 @@ def ping(port: int) -> bool:
 
 def info(port: int) -> str:
     return cli(port, "cluster", "info")
-
-
-def wait_for(ready: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the Redis cluster did not come up")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

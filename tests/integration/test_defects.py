@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -25,7 +24,16 @@ from seckill.infra.lua_scripts import Scripts, lua_dir, read_script
 from seckill.messages import OrderQueue, queue_depth
 from seckill.press.gate import SOLD_OUT, Gate
 from seckill_local.feeder import sqs_event
-from tests.helpers import accept, body, db_rows, load_event, new_user, reconcile_voucher
+from tests.helpers import (
+    accept,
+    body,
+    db_rows,
+    module_of,
+    new_user,
+    reconcile_voucher,
+    seckill_event,
+    status_event,
+)
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Api = Callable[[dict[str, Any]], dict[str, Any]]
@@ -48,22 +56,6 @@ def db_stock(db: Database, voucher_id: int) -> int:
 
 def order_ids(db: Database, voucher_id: int) -> set[int]:
     return {int(r["id"]) for r in db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id)}
-
-
-def with_route(name: str, path: str, user_id: int, **params: str) -> dict[str, Any]:
-    event = load_event(name, rawPath=path, pathParameters=params)
-    event["requestContext"]["http"]["path"] = path
-    event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
-    return event
-
-
-def seckill_event(voucher_id: int, user_id: int) -> dict[str, Any]:
-    path = f"/voucher-order/seckill/{voucher_id}"
-    return with_route("seckill_api_seckill.json", path, user_id, voucherId=str(voucher_id))
-
-
-def status_event(order_id: str, user_id: int) -> dict[str, Any]:
-    return with_route("seckill_api_order_status.json", f"/voucher-order/{order_id}", user_id, orderId=order_id)
 
 
 @pytest.fixture
@@ -233,7 +225,7 @@ def test_defect_send_failing_after_redis_deducted_releases_and_answers_503(
     voucher_id = make_voucher(stock=3)
     user_id = new_user()
     missing = queue_url.rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
-    module = sys.modules[handlers["SeckillApiFunction"].__module__]
+    module = module_of(handlers["SeckillApiFunction"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "queue", OrderQueue(sqs, missing))
         response = api(seckill_event(voucher_id, user_id))

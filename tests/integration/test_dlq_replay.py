@@ -31,7 +31,7 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill_local.feeder import sqs_event
 from seckill_ops import dlq_replay
-from tests.helpers import DLQ_REPLAY, closed_port, db_rows, run_dlq_replay
+from tests.helpers import DLQ_REPLAY, closed_port, db_rows, module_of, run_dlq_replay, wait_for
 
 ATTRIBUTES = {
     "trace": {"DataType": "String", "StringValue": "replay-test"},
@@ -88,16 +88,6 @@ def visible(sqs: Any, url: str) -> tuple[int, int]:
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     )["Attributes"]
     return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, poll: float = 0.05) -> bool:
-    """True as soon as ``condition()`` is; False if ``timeout`` seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll)
-    return True
 
 
 def queue_args(queues: dict[str, str], *extra: str) -> list[str]:
@@ -168,7 +158,7 @@ def test_a_message_redriven_to_the_dlq_is_replayed_and_confirmed_exactly_once(
 
     # The database is unreachable: every delivery fails, and after maxReceiveCount
     # receives the queue's own redrive moves the message to the DLQ.
-    module = sys.modules[persister.__module__]
+    module = module_of(persister)
     with monkeypatch.context() as patch:
         patch.setattr(module, "db", Database(Credentials("127.0.0.1", closed_port(), "x", "x", creds.database)))
         for _ in range(max_receives):
@@ -369,7 +359,9 @@ def test_a_replay_killed_midway_loses_nothing(sqs: Any, sqs_endpoint: str, queue
     ]
     process = subprocess.Popen([str(DLQ_REPLAY), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # noqa: S603
     try:
-        assert wait_for(lambda: queue_depth(sqs, queue) >= 4, timeout=30), "the replay never started moving"
+        wait_for(
+            lambda: queue_depth(sqs, queue), "the replay to move 4 records", until=lambda depth: depth >= 4, timeout=30
+        )
         process.send_signal(signum)
         out, err = process.communicate(timeout=30)
     finally:
@@ -386,7 +378,9 @@ def test_a_replay_killed_midway_loses_nothing(sqs: Any, sqs_endpoint: str, queue
     else:
         assert process.returncode == -signal.SIGKILL
         # What it held comes back after its 2 s visibility timeout.
-        assert wait_for(lambda: visible(sqs, dlq)[1] == 0, timeout=30)
+        wait_for(
+            lambda: visible(sqs, dlq), "no record in flight on the DLQ", until=lambda counts: counts[1] == 0, timeout=30
+        )
     moved, left = order_ids(take_all(sqs, queue)), order_ids(take_all(sqs, dlq))
     assert 4 <= len(set(moved)) < 60
     assert set(moved) | set(left) == set(made)  # duplicates allowed, nothing lost

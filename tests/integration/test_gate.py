@@ -13,16 +13,19 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis as redis_lib
 
 from seckill.infra import keys
+from seckill.infra.clients import redis_client
+from seckill.infra.config import Settings
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts, lua_dir
-from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation
-from tests.helpers import new_user
+from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation, Unsent
+from tests.helpers import new_user, redis_server
 
 HOUR_MS = 3_600_000
 
@@ -273,6 +276,54 @@ def test_a_new_press_resumes_an_order_id_nobody_was_answered_for(gate: Gate, v: 
     assert v.stock(voucher_id) == 4
     assert v.buyers(voucher_id) == {user_id}
     assert v.pending(voucher_id) == {str(user_id): f"{resumed.accepted_ms}:retry:4242"}
+
+
+def close(v: Vouchers, voucher_id: int) -> None:
+    """The window's end passes, by the server's clock (a stop closes it to 0/0 alike)."""
+    v.redis.hset(keys.window(voucher_id), "end", server_ms(v.redis) - 1)
+
+
+def test_after_the_close_a_reservation_without_order_id_is_released_not_taken_over(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    gate.reserve(voucher_id, user_id, "lost-request")
+    close(v, voucher_id)
+    assert refused(gate, voucher_id, user_id).code == "ENDED"
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (5, set(), {})
+
+
+def test_after_the_close_an_unpromised_order_id_is_handed_to_the_caller_not_resumed(gate: Gate, v: Vouchers) -> None:
+    """The script cannot fail the order in MySQL: it names the earlier request's
+    reservation, and writes nothing (the caller fails the order, then releases it)."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, "died-after-attach")
+    assert gate.attach(first, 4242) == ATTACHED
+    close(v, voucher_id)
+    held = v.pending(voucher_id)
+    assert gate.reserve(voucher_id, user_id, "retry") == Unsent(replace(first, order_id=4242))
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (4, {user_id}, held)
+
+
+def test_after_the_close_a_promised_order_is_ended_and_left_alone(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    win(gate, voucher_id, user_id)
+    held = v.pending(voucher_id)
+    close(v, voucher_id)
+    assert refused(gate, voucher_id, user_id).code == "ENDED"
+    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (4, {user_id}, held)
+
+
+def test_after_the_close_a_retried_gate_call_still_gets_its_own_reservation_back(gate: Gate, v: Vouchers) -> None:
+    """redis-py retried the call whose first run reserved inside the window: that
+    request is accepted, like any request still running at the close."""
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    first = gate.reserve(voucher_id, user_id, "request-1")
+    close(v, voucher_id)
+    assert gate.reserve(voucher_id, user_id, "request-1") == first
+    assert v.stock(voucher_id) == 4
 
 
 def test_promise_marks_the_order_whichever_request_holds_it(gate: Gate, v: Vouchers) -> None:
@@ -618,23 +669,29 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
 # --- scripts survive SCRIPT FLUSH ------------------------------------------------------------
 
 
-def test_scripts_are_reloaded_after_script_flush(gate: Gate, v: Vouchers, redis: Any, scripts: Scripts) -> None:
-    voucher_id = v.make(stock=2)
-    redis.script_flush()
-    assert redis.script_exists(scripts.gate.sha) == [False]
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    assert redis.script_exists(scripts.gate.sha) == [True]
+def test_scripts_are_reloaded_after_script_flush() -> None:
+    """On a Redis server of its own: SCRIPT FLUSH empties the scripts of the whole server,
+    and another suite or worker sharing it would load them back in between."""
+    with redis_server() as url:
+        redis = redis_client(Settings.from_env({"REDIS_URL": url}))
+        scripts = Scripts.register(redis)
+        gate, v = Gate(redis, scripts, refusal_cache_seconds=0), Vouchers(redis)
+        voucher_id = v.make(stock=2)
+        redis.script_flush()
+        assert redis.script_exists(scripts.gate.sha) == [False]
+        reservation = gate.reserve(voucher_id, new_user(), token())
+        assert redis.script_exists(scripts.gate.sha) == [True]
 
-    redis.script_flush()
-    assert gate.attach(reservation, 777) == ATTACHED
-    redis.script_flush()
-    assert gate.promise(voucher_id, reservation.user_id, 777) is True
+        redis.script_flush()
+        assert gate.attach(reservation, 777) == ATTACHED
+        redis.script_flush()
+        assert gate.promise(voucher_id, reservation.user_id, 777) is True
 
-    redis.script_flush()
-    assert gate.settle(voucher_id, reservation.user_id, 777) is True
-    redis.script_flush()
-    assert gate.release(reservation) is False
-    assert v.stock(voucher_id) == 1
+        redis.script_flush()
+        assert gate.settle(voucher_id, reservation.user_id, 777) is True
+        redis.script_flush()
+        assert gate.release(reservation) is False
+        assert v.stock(voucher_id) == 1
 
 
 # --- one mark format, one parser per language -----------------------------------------------

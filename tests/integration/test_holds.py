@@ -7,6 +7,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from seckill.infra.db import Database
 from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
+from seckill.persist.persistence import OrderIdConflict, persist_orders
 from seckill.press.gate import Gate
 from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, on_sale, persist_order
 
@@ -211,9 +213,7 @@ def test_a_give_back_whose_reply_was_lost_is_not_given_twice(
     # MySQL committed the expiry; Redis ran the script but its reply never arrived.
     db_rows(db, "UPDATE tb_voucher_order SET status = 4, close_reason = 'EXPIRED' WHERE id = %s", hold.order_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = %s", hold.voucher_id)
-    redis.evalsha(
-        scripts.give_back.sha, 3, keys.stock(hold.voucher_id), keys.returned(hold.voucher_id), "x", hold.order_id
-    )
+    holds.give_back(redis, scripts, hold.voucher_id, hold.order_id)  # its reply, lost
     # The caller retries (SQS redelivers the expiry).
     retried = holds.expire(db, redis, scripts, hold.order_id)
     assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 0)
@@ -352,3 +352,25 @@ def test_an_expiry_whose_give_back_fails_raises_and_its_retry_gives_back_once(
     assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 1)
     assert holds.expire(db, redis, scripts, hold.order_id).given_back == 0
     assert stocks(db, redis, hold) == (3, 3)
+
+
+def test_a_redelivered_order_paid_or_closed_has_no_deadline_to_keep(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    paid, cancelled = sell(), sell()
+    holds.pay(db, redis, scripts, paid.order_id, "pay-1")
+    holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id)
+    for hold in (paid, cancelled):
+        [row] = db_rows(db, "SELECT create_time FROM tb_voucher_order WHERE id = %s", hold.order_id)
+        message = OrderMessage(hold.order_id, hold.user_id, hold.voucher_id, row["create_time"])
+        again = persist_order(db, redis, scripts, message)
+        assert (again.status, again.changed, again.pay_by) == (CONFIRMED, False, None)
+
+
+def test_an_order_id_stored_for_another_vouchers_order_is_still_a_conflict(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+) -> None:
+    stored, other = sell(), sell()
+    clash = OrderMessage(stored.order_id, new_user(), other.voucher_id, datetime.now(UTC))
+    (outcome,) = persist_orders(db, redis, scripts, [clash])
+    assert isinstance(outcome, OrderIdConflict)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -25,7 +24,7 @@ from seckill.messages import OrderMessage
 from seckill.persist.persistence import Decision, Outcome, persist_orders
 from seckill.persist.poison import Failed, Poisoned, PoisonQueue, take_batch
 from seckill_demo.proxy import LossyProxy
-from tests.helpers import db_rows, new_user
+from tests.helpers import db_rows, new_user, wait_for
 from tests.outcomes import ROWS, Arena, Row, check_effects, check_poison_queue, check_taken, received, seen
 
 # --- the outcome table, one record at a time ------------------------------------------------------------
@@ -257,22 +256,21 @@ def running(creds: Credentials, statement: str, timeout: float = 20) -> int:
     """The connection id of the session of this suite's database that runs ``statement``,
     once it does."""
     admin = connect(creds)
-    deadline = time.monotonic() + timeout
+
+    def session() -> dict[str, Any] | None:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND INFO LIKE %s",
+                (creds.database, statement + "%"),
+            )
+            return cursor.fetchone()
+
     try:
-        while True:
-            with admin.cursor() as cursor:
-                cursor.execute(
-                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND INFO LIKE %s",
-                    (creds.database, statement + "%"),
-                )
-                row = cursor.fetchone()
-            if row is not None:
-                return int(row["ID"])
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no session runs {statement!r}")
-            time.sleep(0.01)
+        row = wait_for(session, f"a session running {statement!r}", timeout=timeout, interval=0.01)
     finally:
         admin.close()
+    assert row is not None
+    return int(row["ID"])
 
 
 def in_thread(work: Callable[[], list[Outcome]]) -> Callable[[], list[Outcome]]:

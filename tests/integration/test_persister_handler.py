@@ -21,7 +21,7 @@ from seckill.messages import queue_depth
 from seckill.press.gate import Gate
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Template
-from tests.helpers import accept, closed_port, db_rows, load_event, new_user
+from tests.helpers import accept, closed_port, db_rows, load_event, module_of, new_user
 from tests.outcomes import (
     RECORD_ATTRIBUTES,
     ROWS,
@@ -82,7 +82,7 @@ def persister_with_poison_queue(template: Template, poison_url: str, monkeypatch
         patch.setenv("ORDER_POISON_QUEUE_URL", poison_url)
         patch.setattr(sys, "modules", dict(sys.modules))  # the fresh module does not replace the suite's
         handler = load_handler(fn)
-        module = sys.modules[handler.__module__]
+        module = module_of(handler)
     assert module.poison is not None
     return module
 
@@ -132,7 +132,7 @@ def test_every_outcome_at_once_in_one_batch(
     if poisoning:
         module = persister_with_poison_queue(template, poison_url, monkeypatch)
     else:
-        module = sys.modules[handlers["OrderPersisterFunction"].__module__]
+        module = module_of(handlers["OrderPersisterFunction"])
     rows = [row for row in ROWS if row.arrange is not database_unreachable]
     cases = [row.arrange(arena) for row in rows]
     before = [seen(db, redis, case) for case in cases]

@@ -8,21 +8,17 @@ port; the secret lives on the suite's moto server.
 from __future__ import annotations
 
 import secrets
-import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 import pytest
-from redis import Redis
-from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import AuthenticationError
 
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
-from seckill_demo.stack import free_port
+from tests.helpers import redis_server
 
 TOKEN = secrets.token_urlsafe(48)
 
@@ -30,27 +26,8 @@ TOKEN = secrets.token_urlsafe(48)
 @pytest.fixture(scope="module")
 def protected_url() -> Iterator[str]:
     """A Redis that answers only clients presenting TOKEN."""
-    assert shutil.which("redis-server"), "Redis must be installed"
-    port = free_port()
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--requirepass", TOKEN]
-    command += ["--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
-    try:
-        probe = Redis(port=port, password=TOKEN, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                probe.ping()
-                break
-            except RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        probe.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        process.wait()
+    with redis_server("--requirepass", TOKEN, password=TOKEN) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ in memory, published as CloudWatch EMF when due, read here from stdout as CloudW
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from seckill.press.tally import Tally
-from tests.helpers import body, load_event, new_user
+from tests.helpers import body, module_of, new_user, seckill_event
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -125,7 +124,7 @@ def test_the_api_counts_its_refusals_without_printing_each(
     """Through SeckillApiFunction's handler: the winner's 202 publishes at once; the
     refusals are summed until the tally is due."""
     handler = handlers["SeckillApiFunction"]
-    module = sys.modules[handler.__module__]
+    module = module_of(handler)
     clock = Clock()
     monkeypatch.setattr(module.tally, "clock", clock)
     monkeypatch.setattr(module.tally, "_published", clock.now)
@@ -133,11 +132,7 @@ def test_the_api_counts_its_refusals_without_printing_each(
     voucher_id = make_voucher(stock=1)
 
     def press(user_id: int) -> int:
-        event = load_event("seckill_api_seckill.json")
-        event["pathParameters"] = {"voucherId": str(voucher_id)}
-        event["rawPath"] = event["requestContext"]["http"]["path"] = f"/voucher-order/seckill/{voucher_id}"
-        event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
-        response = handler(event, context)
+        response = handler(seckill_event(voucher_id, user_id), context)
         return int(response["statusCode"]) if response["statusCode"] != 409 else body(response)["code"]
 
     winner = new_user()

@@ -8,7 +8,6 @@ import importlib.util
 import logging
 import secrets
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,7 +22,7 @@ from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
-from tests.helpers import body, closed_port, load_event, new_user
+from tests.helpers import body, closed_port, new_user, seckill_event, wait_for
 
 Hooks = tuple[list[Any], list[Any]]
 
@@ -76,16 +75,6 @@ class Opened:
         return bool(self.db.run(find, read_only=True))
 
 
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Whether ``condition`` holds within ``timeout`` (a server notices a closed connection soon, not at once)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 @pytest.fixture
 def opened(settings: Settings, creds: Credentials, redis: Any, db: Database) -> Opened:
     return Opened(settings, creds, redis, db)
@@ -126,8 +115,9 @@ def test_snapstart_closes_before_the_snapshot_and_reconnects_after_restore(
     assert opened.made == ["sqs"]  # made once, kept in the snapshot
 
     snapshot(hooks)
-    assert until(lambda: opened.redis_ids() == set())
-    assert until(lambda: not opened.mysql_alive(mysql_before))
+    # A server notices a closed connection soon, not at once.
+    wait_for(opened.redis_ids, "Redis to drop the connection", until=lambda ids: ids == set(), interval=0.02)
+    wait_for(lambda: opened.mysql_alive(mysql_before), "MySQL to drop the connection", until=lambda alive: not alive)
 
     restore(hooks)
     (redis_after,) = opened.redis_ids()
@@ -185,10 +175,6 @@ def test_the_api_function_under_snapstart_answers_after_a_restore(
     voucher_id = make_voucher(stock=1)
     answers = []
     for _ in range(2):
-        event = load_event("seckill_api_seckill.json")
-        event["pathParameters"] = {"voucherId": str(voucher_id)}
-        event["rawPath"] = event["requestContext"]["http"]["path"] = f"/voucher-order/seckill/{voucher_id}"
-        event["requestContext"]["authorizer"] = {"lambda": {"userId": str(new_user())}}
-        response = module.lambda_handler(event, LocalContext("SeckillApiFunction", 10))
+        response = module.lambda_handler(seckill_event(voucher_id, new_user()), LocalContext("SeckillApiFunction", 10))
         answers.append((response["statusCode"], body(response)["code"]))
     assert answers == [(202, None), (409, "SOLD_OUT")]

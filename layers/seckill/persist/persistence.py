@@ -150,11 +150,11 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
     # vouchers: what is stored under the batch's order ids, and which of its users
     # already hold an order of its vouchers.
     cursor.execute(
-        "SELECT 'order' AS kind, id AS order_id, user_id, voucher_id, NULL AS reason, status, pay_by, create_time"
+        "SELECT 'order' AS kind, id AS order_id, user_id, voucher_id, NULL AS reason, status, pay_by"
         f" FROM tb_voucher_order WHERE id IN ({_placeholders(order_ids)})"
-        " UNION ALL SELECT 'rejection', order_id, user_id, voucher_id, reason, NULL, NULL, NULL"
+        " UNION ALL SELECT 'rejection', order_id, user_id, voucher_id, reason, NULL, NULL"
         f" FROM tb_voucher_order_rejection WHERE order_id IN ({_placeholders(order_ids)})"
-        " UNION ALL SELECT 'holder', id, user_id, voucher_id, NULL, NULL, NULL, NULL FROM tb_voucher_order"
+        " UNION ALL SELECT 'holder', id, user_id, voucher_id, NULL, NULL, NULL FROM tb_voucher_order"
         f" WHERE user_id IN ({_placeholders(user_ids)}) AND voucher_id IN ({_placeholders(voucher_ids)})",
         [*order_ids, *order_ids, *user_ids, *voucher_ids],
     )
@@ -163,17 +163,14 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
         if row["kind"] == "holder":
             found.holders.add(user_voucher)
         elif row["kind"] == "rejection" or int(row["order_id"]) not in found.stored:  # a rejection is final
-            found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"], _unpaid_until(row, found))
+            found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"], _unpaid_until(row))
     return found
 
 
-def _unpaid_until(row: dict[str, Any], found: _Found) -> datetime | None:
-    """A stored order's deadline while it is unpaid (one stored before holds existed and
-    not yet given one by the migration counts from its create_time, as seckill.holds does)."""
-    if row["kind"] != "order" or int(row["status"]) != 1:
-        return None
-    hold = timedelta(seconds=found.hold[int(row["voucher_id"])])
-    return row["pay_by"] or row["create_time"] + hold
+def _unpaid_until(row: dict[str, Any]) -> datetime | None:
+    """A stored order's deadline while it is unpaid (None for one stored before holds
+    whose deadline the migration has not written: it has no expiry message, docs/holds.md)."""
+    return row["pay_by"] if row["kind"] == "order" and int(row["status"]) == 1 else None
 
 
 def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:

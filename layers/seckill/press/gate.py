@@ -13,7 +13,7 @@ from seckill.infra import keys
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts
 
-OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED = 0, 1, 2, 3, 4, 5, 6
+OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED, ENDED_UNSENT = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 REFUSALS: dict[int, Refusal] = {
@@ -63,6 +63,16 @@ class Mark:
         return cls(int(found[1]), found[2], int(found[3]) if found[3] else None, bool(found[4]))
 
 
+@dataclass(frozen=True)
+class Unsent:
+    """The gate's ENDED to a user whose reservation, left by an earlier request that
+    answered 503 or died, carries an order id no client was told 202 for: the caller
+    resolves it as reconciliation would (fails the order, then releases the unit) and
+    answers ENDED (docs/reservations.md)."""
+
+    reservation: Reservation
+
+
 class Gate:
     def __init__(
         self,
@@ -77,7 +87,7 @@ class Gate:
         self.clock = clock
         self._refused: dict[int, tuple[float, Refusal]] = {}
 
-    def reserve(self, voucher_id: int, user_id: int, token: str | None = None) -> Reservation | Refusal:
+    def reserve(self, voucher_id: int, user_id: int, token: str | None = None) -> Reservation | Refusal | Unsent:
         """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered.
         ``token`` names this request's reservation (by default 32 random hex digits,
         made only when Redis is asked). ``TryAgain`` when Redis has lost its data (the
@@ -92,9 +102,13 @@ class Gate:
         if token is None:
             # As uuid4().hex, from os.urandom at a third of its cost.
             token = os.urandom(16).hex()
-        code, now_ms, order_id = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=(user_id, token))
+        code, now_ms, order_id, *holder = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=(user_id, token))
         if code in (OK, RESUMED):
             return Reservation(voucher_id, user_id, token, now_ms, int(order_id) if order_id else None)
+        if code == ENDED_UNSENT:
+            # The earlier request's reservation: its token and acceptance time.
+            self.remember_refusal(voucher_id, ENDED)
+            return Unsent(Reservation(voucher_id, user_id, holder[0], now_ms, int(order_id)))
         if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,8 @@ from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
-from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Reservation
+from seckill.persist.persistence import fail_unqueued
+from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Reservation, Unsent
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,9 @@ def place_order(
     trip that writes the PENDING status hint), so that reconciliation re-queues an
     order that never arrived. ``TryAgain`` (503) is raised only when this request's
     order id is certainly not on the queue; its reservation is then given back, or,
-    if even that fails, left unpromised: the user's next press resumes that order,
-    and reconciliation otherwise fails it, so it can never be confirmed unseen.
+    if even that fails, left unpromised: the user's next press resumes that order
+    (after the sale, fails it), and reconciliation otherwise fails it, so it can never
+    be confirmed unseen.
     """
     try:
         reservation = gate.reserve(voucher_id, user_id)
@@ -47,6 +50,9 @@ def place_order(
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
     if isinstance(reservation, Refusal):
         return _not_in_redis(gate, db, voucher_id) if reservation is REFUSALS[NOT_FOUND] else reservation
+    if isinstance(reservation, Unsent):
+        _fail_unsent(gate, db, reservation.reservation)
+        return REFUSALS[ENDED]
     # A resumed order id may be on the queue already: an earlier request sent it.
     resumed = reservation.order_id is not None
     if resumed:
@@ -56,6 +62,7 @@ def place_order(
         if isinstance(attached, Refusal):
             return attached
         order_id = attached
+        reservation = replace(reservation, order_id=order_id)  # so a failed release logs it
     message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
     if queue.send(message) is not Sent.REFUSED or resumed:
         _promise(gate, redis, message, status_ttl)
@@ -106,6 +113,21 @@ def _release(gate: Gate, reservation: Reservation) -> None:
         # the user's next press takes it over, or reconciliation releases it (and
         # fails its order id, so it can never be confirmed).
         log.exception("could not release reservation %s", reservation)
+
+
+def _fail_unsent(gate: Gate, db: Database, reservation: Reservation) -> None:
+    """After the close, an order nobody was told 202 for is failed, as reconciliation
+    fails it (so a copy still on the queue is refused), and only then is its unit
+    released; one MySQL already holds was accepted in the window and stays. Whatever
+    happens here, the press is answered ENDED: a failure is left to reconciliation."""
+    order_id = reservation.order_id
+    try:
+        if order_id is not None and fail_unqueued(
+            db, OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
+        ):
+            gate.release(reservation)
+    except Exception:
+        log.exception("could not fail order %s left unsent after the sale", order_id)
 
 
 def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
