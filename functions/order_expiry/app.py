@@ -62,7 +62,7 @@ def handle(record: SQSRecord) -> None:
             raise ExpiryNotSent(f"order {message.order_id} came early and could not be sent again ({sent.value})")
     if expired.outcome in COUNTED:
         metrics.add_metric(name=COUNTED[expired.outcome], unit=MetricUnit.Count, value=1)
-    logger.info(
+    logger.debug(
         "expiry decided",
         extra={"orderId": str(message.order_id), "outcome": expired.outcome.value, "givenBack": expired.given_back},
     )

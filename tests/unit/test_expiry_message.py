@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
-from seckill.expiry import MAX_DELAY_SECONDS, ExpiryMessage
-from seckill.messages import MalformedMessage
+from seckill.expiry import MAX_DELAY_SECONDS, ExpiryMessage, ExpiryQueue
+from seckill.messages import MalformedMessage, Sent
 
 GOOD = {"orderId": "123456789012345678", "voucherId": 9, "userId": 7, "payBy": "2026-11-30T12:15:00.123Z"}
 PAY_BY = datetime(2026, 11, 30, 12, 15, 0, 123000, tzinfo=UTC)
@@ -73,3 +75,31 @@ def test_malformed_bodies_are_refused(body: str) -> None:
 def test_delay_runs_until_the_deadline_within_sqs_limits(left: timedelta, at_least: int, delay: int) -> None:
     now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     assert ExpiryMessage(1, 9, 7, now + left).delay_seconds(now, at_least) == delay
+
+
+def test_a_batch_says_which_entries_sqs_stored_refused_or_may_have_stored() -> None:
+    """SendMessageBatch answers per entry: stored, refused as the sender's fault (nothing
+    stored), or failed on SQS's side (maybe stored)."""
+    sqs = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/OrderExpiryQueue"
+    now = datetime.now(UTC)
+    messages = [ExpiryMessage(10**17 + i, 9, 7, now + timedelta(seconds=60 * i)) for i in range(12)]
+    failed = [
+        {"Id": "1", "SenderFault": True, "Code": "InvalidParameterValue", "Message": "no"},
+        {"Id": "2", "SenderFault": False, "Code": "InternalError", "Message": "maybe"},
+    ]
+    entries: list[dict[str, object]] = []
+    sqs.meta.events.register(
+        "provide-client-params.sqs.SendMessageBatch", lambda params, **_: entries.extend(params["Entries"])
+    )
+    with Stubber(sqs) as stub:
+        first = [{"Id": str(i), "MessageId": f"m{i}", "MD5OfMessageBody": "x"} for i in range(10) if i not in (1, 2)]
+        stub.add_response("send_message_batch", {"Successful": first, "Failed": failed})
+        second = [{"Id": str(i), "MessageId": f"n{i}", "MD5OfMessageBody": "x"} for i in range(2)]
+        stub.add_response("send_message_batch", {"Successful": second, "Failed": []})
+        sent = ExpiryQueue(sqs, url).send(messages)
+        stub.assert_no_pending_responses()
+    assert sent == [Sent.SENT, Sent.REFUSED, Sent.IN_DOUBT] + [Sent.SENT] * 9
+    # Ten to a call, each delayed until its own deadline.
+    assert [e["Id"] for e in entries] == [str(i) for i in range(10)] + ["0", "1"]
+    assert [e["DelaySeconds"] for e in entries] == [60 * i for i in range(12)]
