@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import pymysql
 from rich.progress import Progress
 
+from seckill.expiry import ExpiryMessage, ExpiryQueue
 from seckill.infra.db import Credentials
 from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.repair.recovery import recover_if_lost
@@ -140,17 +141,15 @@ class Chaos:
 
     def send_expiries(self, sale: LocalSale, orders: dict[int, tuple[int, datetime]], fault: str, copies: int) -> None:
         """Extra expiry messages, as SQS may deliver them: ``copies`` of each order's
-        (order id -> user id, the payBy the message claims), due at once."""
+        (order id -> user id, the payBy the message claims: now or past, so due at once)."""
         url = sale.sqs.get_queue_url(QueueName=EXPIRY_QUEUE)["QueueUrl"]
-        bodies = [
-            json.dumps({"orderId": str(o), "voucherId": sale.voucher_id, "userId": u, "payBy": pay_by.isoformat()})
-            for o, (u, pay_by) in sorted(orders.items())
+        messages = [
+            ExpiryMessage(order_id, sale.voucher_id, user_id, pay_by)
+            for order_id, (user_id, pay_by) in sorted(orders.items())
             for _ in range(copies)
         ]
-        for start in range(0, len(bodies), 10):
-            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-            sale.sqs.send_message_batch(QueueUrl=url, Entries=entries)
-        record(self.log, fault, count=len(bodies))
+        ExpiryQueue(sale.sqs, url).send(messages)
+        record(self.log, fault, count=len(messages))
 
     def outage(self, sale: LocalSale, tokens: dict[int, str], seconds: float) -> None:
         """The expiry function's event source mapping stopped (throttled, disabled) for
