@@ -188,7 +188,7 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
     report_file = tmp_path / "report.json"
     result = flash_sale(
         "--chaos", "--users", "100", "--stock", "20", "--presses", "2", "--concurrency", "16", "--containers", "2",
-        "--no-show", "0.3", "--cancel", "0.2", "--hold", "10",
+        "--no-show", "0.3", "--cancel", "0.2", "--hold", "10", "--plot", str(tmp_path / "stock.png"),
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
         "--seed", str(seed + run), timeout=300,
     )  # fmt: skip
