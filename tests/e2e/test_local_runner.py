@@ -612,9 +612,7 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
         assert feeders["OrderPersisterFunction"].stats.deleted == 1
         assert delayed() == waiting + 1
         assert feeders["OrderExpiryFunction"].poll_once() == 0  # delayed: not there yet
-        deadline = time.monotonic() + 60
-        while not feeders["OrderExpiryFunction"].stats.records and time.monotonic() < deadline:
-            feeders["OrderExpiryFunction"].poll_once(wait_seconds=1)
+        wait_for(lambda: feeders["OrderExpiryFunction"].poll_once(wait_seconds=1), "the expiry, once due", timeout=60)
         assert feeders["OrderExpiryFunction"].stats.deleted == 1
         rows = db_rows(db, "SELECT status, close_reason FROM tb_voucher_order WHERE id = %s", message.order_id)
         assert rows == [{"status": 4, "close_reason": "EXPIRED"}]

@@ -28,11 +28,13 @@ UNUSED_AT_INIT: dict[str, set[str]] = {
     "AuthorizerFunction": {"boto3", "botocore.session", "pymysql", "pydantic", "aws_xray_sdk", "snapshot_restore_py"},
     "SeckillApiFunction": {"boto3", "snapshot_restore_py", *XRAY},
     "OrderPersisterFunction": {"boto3", "pydantic", "snapshot_restore_py", *XRAY},
+    # pydantic comes with seckill.holds (the payment's body model).
+    "OrderExpiryFunction": {"boto3", "snapshot_restore_py", *XRAY},
     "TokenMinterFunction": {"boto3", "botocore.session", "pymysql", "pydantic", "aws_xray_sdk"},
     "MigratorFunction": {"boto3", "botocore.session", "redis", "pydantic", "aws_xray_sdk"},
     "ReconcilerFunction": {"boto3", "snapshot_restore_py", *XRAY},
 }
-TRACED = ("SeckillApiFunction", "OrderPersisterFunction", "ReconcilerFunction")
+TRACED = ("SeckillApiFunction", "OrderPersisterFunction", "OrderExpiryFunction", "ReconcilerFunction")
 
 
 def imported(template: Template, logical_id: str, **env: str) -> set[str]:
