@@ -64,17 +64,18 @@ class Holds:
     fates: Counter[str] = field(default_factory=Counter)
     answers: list[Answer] = field(default_factory=list)
     waves: int = 1
-    resold: int = 0  # units bought by waves after the first
     why_unsold: str = ""  # empty when every unit ended paid
 
-    def figures(self, outcome: HoldsOutcome) -> dict[str, int]:
+    def figures(self, outcome: HoldsOutcome, stock: int) -> dict[str, int]:
         """The report's figures about the holds."""
         return {
             "paid": outcome.count("PAID"),
             "expired": outcome.count("EXPIRED"),
             "cancelled": outcome.count("CANCELLED"),
             "payable": outcome.count("CONFIRMED"),
-            "resold": self.resold,
+            # Every order beyond the stock took a unit that came back: by a later wave, or by a
+            # press of the first still running when an early deadline passed.
+            "resold": max(0, len(outcome.states) - stock),
             "waves": self.waves,
             "no_shows": self.fates["no-show"],
             "payments_answered": sum(a.action == "pay" for a in self.answers),
@@ -342,7 +343,6 @@ class HoldsRun:
         self.holds = Holds()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="payer")
         self.running: list[Future[list[Answer]]] = []
-        self.later_waves: set[int] = set()  # order ids of the waves after the first
         self.started: set[int] = set()  # order ids whose winner is on its fate
         self.lock = threading.Lock()
         self.reconciled: Counter[str] = Counter()  # chaos: reconciliation passes while the holds resolve
@@ -361,8 +361,6 @@ class HoldsRun:
                 if order_id in self.started:
                     return
                 self.started.add(order_id)
-                if wave > 1:
-                    self.later_waves.add(order_id)
             draws = rng(seed, "fate", wave, user_id)  # per user: the same whatever order the presses end in
             roll = draws.random() if drawn else 1.0
             fate = (
@@ -470,7 +468,6 @@ class HoldsRun:
                 self.sampler.mark("expiry back")
         if sale.chaos is not None:
             self.late_expiries(progress, presses)
-            outcome = self.wait_resolved("after late expiries", progress)
+            self.wait_resolved("after late expiries", progress)
         self.holds.waves = wave
-        self.holds.resold = sum(outcome.states.get(i) == "PAID" for i in self.later_waves)
         self.pool.shutdown()

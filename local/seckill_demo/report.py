@@ -283,7 +283,7 @@ def render(report: Report, console: Console | None = None) -> None:
         h = report.holds
         table.add_row("holds: paid / expired / cancelled", f"{h['paid']:,} / {h['expired']:,} / {h['cancelled']:,}")
         table.add_row("holds: never paid (no-shows) / still payable", f"{h['no_shows']:,} / {h['payable']:,}")
-        table.add_row("resold to later waves / waves", f"{h['resold']:,} / {h['waves']}")
+        table.add_row("units resold / waves", f"{h['resold']:,} / {h['waves']}")
         table.add_row("payments sent twice (same paymentId)", f"{h['same_payment_again']:,}")
     if report.redis_stock is None:
         table.add_row("MySQL stock (voucher list)", f"{report.mysql_stock}")

@@ -354,5 +354,5 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)
             report.faults.extend(sale.chaos.holds_faults(run.holds, answers))
         report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
-        report.holds = run.holds.figures(held)
+        report.holds = run.holds.figures(held, args.stock)
     return finish(report, args)

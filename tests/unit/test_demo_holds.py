@@ -70,7 +70,7 @@ def test_the_report_shows_the_holds_and_the_plot() -> None:
         voucher_id=1, seed=1, users=10, stock=4, presses_per_user=1, requests=10, accepted=4, refusals={},
         errors=0, wall_seconds=1.0, throughput_rps=10.0, latency_ms=percentiles([5.0]), confirmed=6, failed=0,
         failed_reasons={}, redis_stock=0, mysql_stock=0, redelivered=4, reconciliation={},
-        holds=Holds(resold=2, waves=2).figures(outcome()), plot=f"stock plot: /tmp/{'a' * 70}/stock.png",
+        holds=Holds(waves=2).figures(outcome(), stock=4), plot=f"stock plot: /tmp/{'a' * 70}/stock.png",
     )  # fmt: skip
     out = Console(file=io.StringIO(), width=60)
     render(report, out)
