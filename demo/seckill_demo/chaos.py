@@ -12,16 +12,20 @@ restarted empty mid-sale. Every draw comes from the run's seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pymysql
 from rich.progress import Progress
 
+from seckill.expiry import ExpiryMessage, ExpiryQueue
 from seckill.infra.db import Credentials
 from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.repair.recovery import recover_if_lost
@@ -35,6 +39,7 @@ from seckill_local.lambdas import WORKER_HOOK
 from seckill_local.ports import free_port
 
 if TYPE_CHECKING:
+    from seckill_demo.holds import Holds
     from seckill_demo.scenario import LocalSale
 
 # Per function: every fault on, at rates a 1,000-user sale notices.
@@ -46,6 +51,7 @@ ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' 
 RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
 REPLY_LOSS_EVERY = 0.5  # seconds between bursts of lost Redis replies
 REPLY_LOSS_BURST = 4  # replies lost in a row: more than redis-py's retries, so some presses get 503
+EXPIRY_QUEUE = "OrderExpiryQueue"
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
 
@@ -84,9 +90,15 @@ class Chaos:
         }
 
     def fire(
-        self, sale: LocalSale, tokens: dict[int, str], progress: Progress, creds: Credentials, reconciled: Counter[str]
+        self,
+        sale: LocalSale,
+        tokens: dict[int, str],
+        progress: Progress,
+        creds: Credentials,
+        reconciled: Counter[str],
+        on_win: Callable[[Press], None],
     ) -> tuple[list[Press], float]:
-        """The presses, under fire."""
+        """The presses, under fire; ``on_win`` is told of each 202."""
         assert self.proxy is not None
         for body in MALFORMED:
             sale.sqs.send_message(QueueUrl=sale.queue_url, MessageBody=body)
@@ -107,7 +119,9 @@ class Chaos:
             creds, self.log, interval=0.5, share=0.5, spare=spare, chance=rng(self.seed, "mysql-connections")
         )
         with killer:
-            result = sale.fire(tokens, progress, on_press=lambda done: done == restart_at and trigger.set())
+            result = sale.fire(
+                tokens, progress, on_press=lambda done: done == restart_at and trigger.set(), on_win=on_win
+            )
             trigger.set()
             restarter.join()
         self.armed.unlink()
@@ -118,12 +132,78 @@ class Chaos:
         record(self.log, "redis-replies-lost", count=self.proxy.dropped)
         return result
 
-    def lose_redis_replies(self, stop: threading.Event) -> None:
+    def lose_redis_replies(self, stop: threading.Event, always: bool = False) -> None:
         """Bursts of Redis answers lost on their way back to the functions (the scripts ran)."""
         assert self.proxy is not None
         while not stop.wait(REPLY_LOSS_EVERY):
-            if self.armed.exists():
+            if always or self.armed.exists():
                 self.proxy.drop_replies = REPLY_LOSS_BURST
+
+    def send_expiries(self, sale: LocalSale, orders: dict[int, tuple[int, datetime]], fault: str, copies: int) -> None:
+        """Extra expiry messages, as SQS may deliver them: ``copies`` of each order's
+        (order id -> user id, the payBy the message claims: now or past, so due at once)."""
+        url = sale.sqs.get_queue_url(QueueName=EXPIRY_QUEUE)["QueueUrl"]
+        messages = [
+            ExpiryMessage(order_id, sale.voucher_id, user_id, pay_by)
+            for order_id, (user_id, pay_by) in sorted(orders.items())
+            for _ in range(copies)
+        ]
+        ExpiryQueue(sale.sqs, url).send(messages)
+        record(self.log, fault, count=len(messages))
+
+    def outage(self, sale: LocalSale, tokens: dict[int, str], seconds: float) -> None:
+        """The expiry function's event source mapping stopped (throttled, disabled) for
+        ``seconds``, past every deadline of the wave; meanwhile Redis loses its data
+        while the holds are outstanding."""
+        ends = time.monotonic() + seconds
+        sale.stack.pause_feeder(True)
+        record(self.log, "expiry-consumer-down", seconds=seconds)
+        try:
+            self.lose_redis(sale, tokens, "holds outstanding")
+            time.sleep(max(0.0, ends - time.monotonic()))
+        finally:
+            sale.stack.pause_feeder(False)
+
+    def lose_redis(self, sale: LocalSale, tokens: dict[int, str], why: str) -> None:
+        """Redis dies and comes back empty while holds are outstanding; users log in
+        again and recovery rebuilds the voucher from MySQL, which counts every return."""
+        self.private_redis.kill()
+        record(self.log, "redis-lost-holds-outstanding", why=why)
+        self.private_redis.start()
+        store_tokens(sale.redis, tokens, ttl_seconds=TOKEN_TTL)
+        self.rebuild(sale)
+
+    def rebuild(self, sale: LocalSale) -> None:
+        """Recovery, tried again while the connection killer or a busy queue defers it."""
+        for attempt in range(5):  # the connection killer may hit this run's own connections too
+            try:
+                done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
+                if not done.blocked:
+                    break
+                record(self.log, "redis-rebuild-deferred", why=done.blocked)
+            except pymysql.Error:
+                sale.db.close()
+            time.sleep(0.2 * (attempt + 1))
+        else:
+            return  # the periodic reconciliation (which recovers first) rebuilds it once it can
+        rebuilt = sum(r.applied for r in done.rebuilt)
+        record(self.log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
+
+    @contextlib.contextmanager
+    def losing_replies(self) -> Iterator[None]:
+        """While the holds resolve: bursts of Redis answers lost, those to the gives-back among them."""
+        assert self.proxy is not None
+        stop = threading.Event()
+        before = self.proxy.dropped
+        loser = threading.Thread(target=self.lose_redis_replies, args=(stop, True), daemon=True)
+        loser.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            loser.join()
+            self.proxy.drop_replies = 0
+            record(self.log, "return-replies-lost", count=self.proxy.dropped - before)
 
     def restart_redis(self, sale: LocalSale, tokens: dict[int, str]) -> None:
         """Two incidents at once. The persister has been down since the sale began
@@ -140,19 +220,7 @@ class Chaos:
         sale.stack.pause_feeder(False)
         self.private_redis.start()
         store_tokens(sale.redis, tokens, ttl_seconds=TOKEN_TTL)
-        for attempt in range(5):  # the connection killer may hit this run's own connections too
-            try:
-                done = recover_if_lost(sale.db, sale.redis, sale.scripts, sale.sqs, sale.settings(), wait=15)
-                if not done.blocked:
-                    break
-                record(self.log, "redis-rebuild-deferred", why=done.blocked)
-            except pymysql.Error:
-                sale.db.close()
-            time.sleep(0.2 * (attempt + 1))
-        else:
-            return  # the periodic reconciliation (which recovers first) rebuilds it once it can
-        rebuilt = sum(r.applied for r in done.rebuilt)
-        record(self.log, "redis-rebuilt", vouchers=rebuilt, deadLetters=done.dead_letters)
+        self.rebuild(sale)
 
     def faults_table(
         self,
@@ -228,6 +296,62 @@ class Chaos:
                 f"{total('redis-rebuilt', 'deadLetters')} orders counted at the rebuild; "
                 f"{injected['redis-rebuild-deferred']} rebuilds deferred; {statuses[404]} answers 404; "
                 f"FAILED: {', '.join(f'{k} {v}' for k, v in sorted(failed.items())) or 'none'}",
+            ),
+        ]
+
+    def holds_faults(self, holds: Holds, answers: Counter[str]) -> list[Fault]:
+        """The faults of a chaos run with holds, and what absorbed each; ``answers``: the
+        payments' and cancels' answers by action and code."""
+        log = read_log(self.log)
+        injected = Counter(line["fault"] for line in log)
+
+        def total(fault: str, field: str) -> int:
+            return sum(line.get(field, 0) for line in log if line["fault"] == fault)
+
+        return [
+            Fault(
+                "expiry messages early and duplicated",
+                total("expiry-early", "count"),
+                "the order is not overdue in MySQL: sent again with the time left (or nothing, not stored yet)",
+                "see invariants: no order expired before its deadline",
+            ),
+            Fault(
+                "expiry messages late and duplicated",
+                total("expiry-late", "count"),
+                "the order is paid or closed already: nothing changes, its unit is not given back again",
+                "see invariants: returned set = closed orders",
+            ),
+            Fault(
+                "payment racing its deadline",
+                holds.fates["pay at the deadline"],
+                "one transaction under the voucher row lock decides by the database's clock: paid, or 409 EXPIRED",
+                f"payments answered PAID {answers['pay PAID']}, EXPIRED {answers['pay EXPIRED']}",
+            ),
+            Fault(
+                "cancel racing an expiry",
+                holds.fates["cancel at the deadline"],
+                "the same lock: cancelled or expired, the unit given back once",
+                f"cancels answered CANCELLED {answers['cancel CANCELLED']}, EXPIRED {answers['cancel EXPIRED']}",
+            ),
+            Fault(
+                "Redis answers lost while the holds resolve (gives-back among them)",
+                total("return-replies-lost", "count"),
+                "the route answers what committed; the expiry retries (the returned set makes it a no-op); "
+                "reconciliation repairs the stock",
+                "see invariants: Redis stock = MySQL stock",
+            ),
+            Fault(
+                "expiry consumer down past every deadline of a wave",
+                injected["expiry-consumer-down"],
+                "payments after the deadline are refused 409 EXPIRED and expire the order; the rest expire "
+                "when the consumer is back",
+                f"{total('expiry-consumer-down', 'seconds'):.0f} s down",
+            ),
+            Fault(
+                "Redis lost its data while holds were outstanding",
+                injected["redis-lost-holds-outstanding"],
+                "recovery rebuilds stock from MySQL (which counts every return) and the returned set",
+                "see invariants",
             ),
         ]
 

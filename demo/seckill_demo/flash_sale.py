@@ -37,6 +37,7 @@ from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill.migrate import migrate
+from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
 from seckill_demo.scenario import LocalSale, console, run_local_sale
@@ -116,6 +117,28 @@ def parser() -> argparse.ArgumentParser:
         default=secrets.randbelow(2**32),
         help="seed of every random draw (the presses' order, the faults); default: a new one, printed",
     )
+    holds = p.add_argument_group("holds (a winner's order is payable until its deadline, then back on sale)")
+    holds.add_argument(
+        "--no-show",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="share of winners who never pay: their units come back at the deadline and new users buy them "
+        "in further waves; the other winners pay (default 0; without --no-show, --cancel and --hold nobody pays)",
+    )
+    holds.add_argument(
+        "--cancel", type=float, default=0.0, metavar="FRACTION", help="share of winners who cancel (default 0)"
+    )
+    holds.add_argument(
+        "--hold",
+        type=int,
+        metavar="SECONDS",
+        help=f"the voucher's holdSeconds, {MIN_HOLD_SECONDS}..{MAX_HOLD_SECONDS} (default: the service's, "
+        f"{HOLD_SECONDS})",
+    )
+    holds.add_argument(
+        "--waves", type=int, default=5, help="most waves of presses, the first included (default %(default)s)"
+    )
     p.add_argument("--shop-id", type=int, default=1, help="shop the voucher belongs to (default %(default)s)")
     p.add_argument("--first-user", type=int, default=1, help="first user id (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=120, help="seconds to wait per drain phase (default 120)")
@@ -126,6 +149,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db-password", default=defaults.db_password, help="default: $DB_PASSWORD")
     p.add_argument("--db-name", default=defaults.db_name, help="created if missing (default %(default)s, $DB_NAME)")
     p.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="draw Redis stock through the sale to this PNG (default with --no-show, --cancel or --hold: "
+        "seckill-sale-<voucherId>-stock.png in the current folder)",
+    )
     p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
     deployed = p.add_argument_group(
         "a deployed stack (instead of the local services; AWS credentials as boto3 finds them)"
@@ -142,9 +171,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name in ("users", "stock", "presses", "concurrency", "containers", "shop_id", "first_user"):
+    for name in ("users", "stock", "presses", "concurrency", "containers", "shop_id", "first_user", "waves"):
         if getattr(args, name) < 1:
             parser().error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.hold is not None and not MIN_HOLD_SECONDS <= args.hold <= MAX_HOLD_SECONDS:
+        parser().error(
+            f"--hold must be {MIN_HOLD_SECONDS} to {MAX_HOLD_SECONDS} seconds (the contract's holdSeconds), "
+            f"not {args.hold}"
+        )
+    if not (0 <= args.no_show <= 1 and 0 <= args.cancel <= 1 and args.no_show + args.cancel <= 1):
+        parser().error("--no-show and --cancel are shares of the winners: each 0 to 1, together at most 1")
+    if args.endpoint and (args.no_show or args.cancel or args.hold is not None):
+        parser().error("--no-show, --cancel and --hold run on the local services only, not with --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
     if args.endpoint and args.chaos:

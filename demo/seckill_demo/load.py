@@ -41,8 +41,10 @@ def fire(
     progress: Progress,
     seed: int,
     on_press: Callable[[int], None] = lambda done: None,
+    on_win: Callable[[Press], None] = lambda press: None,
 ) -> tuple[list[Press], float]:
-    """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken)."""
+    """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken).
+    ``on_win`` is told of every press answered 202 as soon as it is."""
     plan = [user for user in tokens for _ in range(presses)]
     rng(seed, "plan").shuffle(plan)
     url = f"{api_url}/voucher-order/seckill/{voucher_id}"
@@ -69,6 +71,8 @@ def fire(
         while attempts[-1].code == "TRY_AGAIN" and len(attempts) <= TRY_AGAIN_RETRIES:
             time.sleep(pauses.uniform(0.1, 0.4))
             attempts.append(attempt(user_id))
+        if attempts[-1].status == 202:
+            on_win(attempts[-1])
         progress.advance(task)
         on_press(next(done))
         return attempts

@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +34,7 @@ from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, Chaos
+from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
 from seckill_demo.stack import LocalStack
@@ -91,10 +93,15 @@ class Sale:
                 "beginTime": (now - timedelta(seconds=5)).isoformat(),
                 "endTime": (now + timedelta(hours=1)).isoformat(),
             }
+            | ({} if self.args.hold is None else {"holdSeconds": self.args.hold})
         )
 
     def fire(
-        self, tokens: dict[int, str], progress: Progress, on_press: Callable[[int], None] = lambda done: None
+        self,
+        tokens: dict[int, str],
+        progress: Progress,
+        on_press: Callable[[int], None] = lambda done: None,
+        on_win: Callable[[Press], None] = lambda press: None,
     ) -> tuple[list[Press], float]:
         """Every user's presses (see ``seckill_demo.load``)."""
         args = self.args
@@ -108,6 +115,7 @@ class Sale:
             progress,
             args.seed,
             on_press,
+            on_win,
         )
 
     def redeliver(self, presses: list[Press]) -> int:
@@ -263,12 +271,20 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
-    with progress_bars() as progress:
+    holds_on = bool(args.no_show or args.cancel) or args.hold is not None
+    with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         reconciled: Counter[str] = Counter()
+        run = HoldsRun(sale, sampler) if holds_on else None
+        # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
+        on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
         if sale.chaos is not None:
-            presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled)
+            presses, wall = sale.chaos.fire(sale, tokens, progress, creds, reconciled, on_win)
         else:
-            presses, wall = sale.fire(tokens, progress)
+            presses, wall = sale.fire(tokens, progress, on_win=on_win)
+        sampler.mark("wave 1 ends")
+        if run is not None and sale.chaos is not None:
+            # From here to the end: Redis answers lost, those of the gives-back among them.
+            stack.enter_context(sale.chaos.losing_replies())
         # A press that resumed an earlier press's order is answered with the same id.
         accepted = len(promised(presses))
         drained = sale.wait_drained(progress, "draining the queue")
@@ -280,17 +296,25 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         before = decided(sale.db, sale.voucher_id)
         redelivered = sale.redeliver(presses)
         drained = drained and sale.wait_drained(progress, "re-delivered", need_decided=accepted)
-    after = decided(sale.db, sale.voucher_id)
+        after = decided(sale.db, sale.voucher_id)
+        rush = list(presses)  # the report's press figures are the first wave's
+        if run is not None:
+            run.waves(progress, presses, tokens)
+    plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
+    plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
     poisoned = sale.poisoned() if sale.chaos is not None else []
+    statuses = sale.statuses(presses, tokens)
+    held = HoldsOutcome.read(sale.db, sale.redis, sale.voucher_id) if run is not None else None
     checks = check_invariants(
         outcome,
         presses,
-        Counter(status for status, _ in sale.statuses(presses, tokens).values()),
+        Counter(status for status, _ in statuses.values()),
         stock=args.stock,
-        users=args.users,
+        users=len(tokens),
         chaos=sale.chaos is not None,
+        closed=0 if held is None else held.closed,
     )
     checks.insert(0, Check("queue drained", drained, f"within {args.drain_timeout:.0f} s per phase"))
     checks.append(
@@ -310,10 +334,11 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
                 f"{len(MALFORMED)} malformed injected; DLQ {dlq[0]} -> {dlq[1]}",
             )
         )
+    confirmed, failed = decided(sale.db, sale.voucher_id)  # with the later waves' orders
     report = Report(
-        **sale.figures(presses, wall),
-        confirmed=after[0],
-        failed=after[1],
+        **sale.figures(rush, wall),
+        confirmed=confirmed,
+        failed=failed,
         failed_reasons=sale.failed_reasons(),
         redis_stock=outcome.redis_stock,
         mysql_stock=outcome.mysql_stock,
@@ -321,5 +346,13 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         reconciliation=dict(reconciled),
         checks=checks,
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
+        plot=plot,
     )
+    if held is not None and run is not None:
+        report.reconciliation = dict(reconciled + run.reconciled)
+        if sale.chaos is not None:
+            answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)
+            report.faults.extend(sale.chaos.holds_faults(run.holds, answers))
+        report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
+        report.holds = run.holds.figures(held, args.stock)
     return finish(report, args)

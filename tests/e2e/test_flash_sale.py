@@ -132,3 +132,72 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int
         "malformed messages in the poison queue, DLQ empty after the replay",
     }
     assert "Faults injected" in result.stdout
+
+
+def test_hold_below_the_contracts_minimum_is_refused() -> None:
+    result = flash_sale("--no-show", "0.3", "--hold", "5", timeout=60)
+    assert result.returncode == 2
+    assert "--hold must be 10 to 86400 seconds" in result.stderr
+    assert "schema applied" not in result.stderr  # refused before anything started
+
+
+def test_no_show_and_cancel_shares_are_validated() -> None:
+    result = flash_sale("--no-show", "0.7", "--cancel", "0.4", timeout=60)
+    assert result.returncode == 2
+    assert "together at most 1" in result.stderr
+
+
+def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, seed: int) -> None:
+    """A 10 s hold: the no-shows' and the cancels' units come back on sale, a second
+    wave of new users buys them and pays; in the end every unit is paid exactly once."""
+    report_file = tmp_path / "report.json"
+    plot = tmp_path / "stock.png"
+    result = flash_sale(
+        "--users", "80", "--stock", "20", "--presses", "2", "--concurrency", "16", "--containers", "2",
+        "--no-show", "0.3", "--cancel", "0.1", "--hold", "10", "--plot", str(plot),
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] is True
+    holds = report["holds"]
+    assert holds["paid"] == 20
+    assert holds["payable"] == 0
+    assert holds["expired"] == holds["no_shows"] > 0  # seeded: 30% of 20 winners is never none
+    assert holds["resold"] == holds["expired"] + holds["cancelled"]
+    assert holds["waves"] >= 2
+    assert report["redis_stock"] == report["mysql_stock"] == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert f"stock plot: {plot}" in result.stdout
+    assert {c["name"] for c in report["checks"]} >= {
+        "every unit ends paid or back on sale",
+        "every unit sold exactly once",
+        "no unit returned twice",
+        "no paid order expired, none paid after its deadline",
+        "created stock = remaining + payable + paid",
+    }
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int, run: int) -> None:
+    """Chaos with no-shows and cancels, over two seeds: on top of the sale's faults,
+    expiry messages early, late and duplicated, payments and cancels racing their
+    deadline, Redis answers lost while units are given back, the expiry consumer down
+    past a wave's deadlines while Redis loses its data; every invariant holds."""
+    report_file = tmp_path / "report.json"
+    result = flash_sale(
+        "--chaos", "--users", "100", "--stock", "20", "--presses", "2", "--concurrency", "16", "--containers", "2",
+        "--no-show", "0.3", "--cancel", "0.2", "--hold", "10", "--plot", str(tmp_path / "stock.png"),
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed + run), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] is True
+    assert report["holds"]["payable"] == 0
+    assert report["redis_stock"] == report["mysql_stock"]
+    faults = {f["fault"]: f["injected"] for f in report["faults"]}
+    assert faults["expiry consumer down past every deadline of a wave"] == 1
+    assert faults["Redis lost its data while holds were outstanding"] == 1
+    assert faults["expiry messages late and duplicated"] > 0

@@ -47,7 +47,7 @@ ABSENT = {
     "product": ["rich", "yaml", "moto", "matplotlib"],
     "ops": ["yaml", "moto", "matplotlib"],
     "local": ["rich", "matplotlib"],
-    "demo": ["matplotlib", "gunicorn", "waitress"],
+    "demo": ["gunicorn", "waitress"],
     "bench": [],
 }
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
