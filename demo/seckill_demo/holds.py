@@ -191,6 +191,7 @@ class StockSampler:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         fig, ax = plt.subplots(figsize=(10, 4))
         if self.samples:
             ax.step(*zip(*self.samples, strict=True), where="post", label="Redis stock")

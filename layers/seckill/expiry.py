@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from seckill.ids import parse_id
 from seckill.infra.timeutil import iso
-from seckill.messages import MalformedMessage, Sent, send_watched
+from seckill.messages import MalformedMessage, Sent, parse_order_body, send_watched
 
 # SQS's longest DelaySeconds (15 minutes), and its most entries per SendMessageBatch.
 MAX_DELAY_SECONDS = 900
@@ -42,24 +41,10 @@ class ExpiryMessage:
     @classmethod
     def from_json(cls, body: str) -> ExpiryMessage:
         try:
-            data = json.loads(body)
-            if not isinstance(data, dict) or not isinstance(data.get("orderId"), str):
-                raise ValueError("orderId must be a string")
-            if not isinstance(data.get("userId"), int) or not isinstance(data.get("voucherId"), int):
-                raise ValueError("userId and voucherId must be numbers")
-            if not isinstance(data.get("payBy"), str):
-                raise ValueError("payBy must be a string")
-            pay_by = datetime.fromisoformat(data["payBy"])
-            if pay_by.tzinfo is None:
-                raise ValueError("payBy needs an offset")
-            return cls(
-                order_id=parse_id(data["orderId"], "orderId"),
-                voucher_id=parse_id(data["voucherId"], "voucherId"),
-                user_id=parse_id(data["userId"], "userId"),
-                pay_by=pay_by.astimezone(UTC),
-            )
+            order_id, user_id, voucher_id, pay_by = parse_order_body(body, "payBy")
         except Exception as exc:  # any shape error at all means the same thing
             raise MalformedMessage(f"malformed expiry message: {exc}") from exc
+        return cls(order_id=order_id, voucher_id=voucher_id, user_id=user_id, pay_by=pay_by.astimezone(UTC))
 
     def delay_seconds(self, now: datetime, at_least: int = 0) -> int:
         """How long SQS should hold the message: until ``payBy``, within what SQS allows."""

@@ -48,25 +48,35 @@ class OrderMessage:
     @classmethod
     def from_json(cls, body: str) -> OrderMessage:
         try:
-            data = json.loads(body)
-            if not isinstance(data, dict) or not isinstance(data.get("orderId"), str):
-                raise ValueError("orderId must be a string")
-            if not isinstance(data.get("userId"), int) or not isinstance(data.get("voucherId"), int):
-                raise ValueError("userId and voucherId must be numbers")
-            accepted_at = datetime.fromisoformat(data["acceptedAt"])
-            if accepted_at.tzinfo is None:
-                raise ValueError("acceptedAt needs an offset")
+            order_id, user_id, voucher_id, accepted_at = parse_order_body(body, "acceptedAt")
             # A time MySQL cannot store would fail at every delivery and cycle DLQ -> replay -> DLQ.
             if not _EARLIEST <= accepted_at.astimezone(UTC) < _LATEST:
                 raise ValueError("acceptedAt is out of range")
-            return cls(
-                order_id=parse_id(data["orderId"], "orderId"),
-                user_id=parse_id(data["userId"], "userId"),
-                voucher_id=parse_id(data["voucherId"], "voucherId"),
-                accepted_at=accepted_at,
-            )
+            return cls(order_id, user_id, voucher_id, accepted_at)
         except Exception as exc:  # any shape error at all means the same thing
             raise MalformedMessage(f"malformed order message: {exc}") from exc
+
+
+def parse_order_body(body: str, time_field: str) -> tuple[int, int, int, datetime]:
+    """The order id, user id, voucher id and the aware time ``time_field`` of a message
+    about one order (the order message, the expiry message); ValueError (or another
+    error of shape) when the body is not one."""
+    data = json.loads(body)
+    if not isinstance(data, dict) or not isinstance(data.get("orderId"), str):
+        raise ValueError("orderId must be a string")
+    if not isinstance(data.get("userId"), int) or not isinstance(data.get("voucherId"), int):
+        raise ValueError("userId and voucherId must be numbers")
+    if not isinstance(data.get(time_field), str):
+        raise ValueError(f"{time_field} must be a string")
+    moment = datetime.fromisoformat(data[time_field])
+    if moment.tzinfo is None:
+        raise ValueError(f"{time_field} needs an offset")
+    return (
+        parse_id(data["orderId"], "orderId"),
+        parse_id(data["userId"], "userId"),
+        parse_id(data["voucherId"], "voucherId"),
+        moment,
+    )
 
 
 def queue_depth(sqs: Any, queue_url: str) -> int:
