@@ -43,6 +43,7 @@ INVOKED = {
     "MigratorFunction",
     "TokenMinterFunction",
     "ReconcilerFunction",
+    "OrderExpiryFunction",
 }
 
 
@@ -181,6 +182,7 @@ def invoke(
             **os.environ,
             "ORDER_QUEUE_URL": session_queues["OrderQueue"],
             "ORDER_DLQ_URL": session_queues["OrderDeadLetterQueue"],
+            "ORDER_EXPIRY_QUEUE_URL": session_queues["OrderExpiryQueue"],
             "AWS_LAMBDA_FUNCTION_NAME": logical_id,
             **env,
         }
@@ -226,6 +228,14 @@ def test_authorizer_from_the_artifact(invoke: Invoke, redis: Any) -> None:
 def test_api_and_persister_from_the_artifact(
     invoke: Invoke, make_voucher: Callable[..., int], order_queue: str, sqs: Any, db: Any
 ) -> None:
+    press_and_persist(invoke, make_voucher, order_queue, sqs, db)
+
+
+def press_and_persist(
+    invoke: Invoke, make_voucher: Callable[..., int], order_queue: str, sqs: Any, db: Any
+) -> tuple[int, int, int]:
+    """A press through the built API function, then its message through the built
+    persister beside a malformed one: the order id, voucher id and user."""
     voucher_id, user = make_voucher(stock=1, shop_id=7), new_user()
     seckill = load_event("seckill_api_seckill.json", pathParameters={"voucherId": str(voucher_id)})
     seckill["rawPath"] = seckill["requestContext"]["http"]["path"] = f"/voucher-order/seckill/{voucher_id}"
@@ -256,6 +266,43 @@ def test_api_and_persister_from_the_artifact(
     assert answer == {"batchItemFailures": [{"itemIdentifier": bad["messageId"]}]}
     (row,) = db_rows(db, "SELECT user_id, voucher_id FROM tb_voucher_order WHERE id = %s", int(order_id))
     assert (row["user_id"], row["voucher_id"]) == (user, voucher_id)
+    return int(order_id), voucher_id, user
+
+
+def test_expiry_from_the_artifact(
+    invoke: Invoke,
+    make_voucher: Callable[..., int],
+    order_queue: str,
+    session_queues: dict[str, str],
+    sqs: Any,
+    db: Any,
+    redis: Any,
+) -> None:
+    """The built persister puts the order's expiry on its queue (delayed until payBy); once
+    the deadline has passed, the built OrderExpiryFunction expires the order and gives
+    its unit back, in MySQL and in Redis."""
+    order_id, voucher_id, user = press_and_persist(invoke, make_voucher, order_queue, sqs, db)
+    queued = sqs.get_queue_attributes(
+        QueueUrl=session_queues["OrderExpiryQueue"], AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )
+    assert int(queued["Attributes"]["ApproximateNumberOfMessagesDelayed"]) >= 1  # delayed until its payBy
+    db.run(
+        lambda cursor: cursor.execute(
+            "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", (order_id,)
+        )
+    )
+    record = load_event("order_expiry.json")["Records"][0]
+    record["body"] = json.dumps(
+        {"orderId": str(order_id), "voucherId": voucher_id, "userId": user, "payBy": "2026-01-01T00:00:00Z"}
+    )
+    (answer,) = invoke("OrderExpiryFunction", [{"Records": [record]}])
+    assert answer == {"batchItemFailures": []}
+    (row,) = db_rows(db, "SELECT status, close_reason FROM tb_voucher_order WHERE id = %s", order_id)
+    assert (row["status"], row["close_reason"]) == (4, "EXPIRED")
+    (voucher,) = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    assert voucher["stock"] == 1
+    assert redis.sismember(keys.returned(voucher_id), str(order_id))
+    assert redis.get(keys.stock(voucher_id)) == "1"
 
 
 def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
