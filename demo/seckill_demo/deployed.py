@@ -30,6 +30,7 @@ from seckill_demo.load import TOKEN_TTL, Press, promised
 from seckill_demo.report import NOT_CHECKED_FROM_OUTSIDE, Check, Report, check_from_outside
 from seckill_demo.scenario import Sale, console, finish, progress_bars
 from seckill_ops.stack_outputs import MINTER_FUNCTION_NAME, QUEUE_URLS
+from seckill_ops.stack_outputs import read as stack_outputs_of
 
 MINT_BATCH = 10_000  # the most users TokenMinterFunction takes per invocation
 DECIDED = {"CONFIRMED", "FAILED"}
@@ -42,10 +43,9 @@ class StackError(Exception):
 
 def stack_outputs(cfn: Any, stack_name: str) -> dict[str, str]:
     try:
-        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+        return stack_outputs_of(cfn, stack_name)
     except (ClientError, BotoCoreError) as exc:
         raise StackError(f"cannot read stack {stack_name!r}: {exc}") from exc
-    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
 
 
 class DeployedSale(Sale):

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from seckill_ops import stack_outputs
 from seckill_ops.stack_outputs import REPLAYABLE
 
 PROG = "seckill-dlq-replay"
@@ -200,10 +201,9 @@ def error_text(exc: Exception) -> str:
 def stack_queues(cfn: Any, stack_name: str, queues: str = "orders") -> tuple[str, str]:
     """(queue URL, DLQ URL) from the stack's outputs: OrderQueue's, or OrderExpiryQueue's."""
     try:
-        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+        outputs = stack_outputs.read(cfn, stack_name)
     except (ClientError, BotoCoreError) as exc:
         raise ConfigError(f"cannot read stack {stack_name!r}: {error_text(exc)}") from exc
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
     queue_output, dlq_output = REPLAYABLE[queues]
     missing = [key for key in (queue_output, dlq_output) if key not in outputs]
     if missing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 ORDER_QUEUE_URL = "OrderQueueUrl"
 DLQ_URL = "OrderDeadLetterQueueUrl"
 POISON_QUEUE_URL = "OrderPoisonQueueUrl"
@@ -23,3 +25,10 @@ REPLAYABLE = {
     "orders": (ORDER_QUEUE_URL, DLQ_URL),
     "expiries": (EXPIRY_QUEUE_URL, EXPIRY_DLQ_URL),
 }
+
+
+def read(cfn: Any, stack_name: str) -> dict[str, str]:
+    """A deployed stack's outputs by key (CloudFormation's DescribeStacks); botocore's
+    errors are left to the caller to word."""
+    stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
