@@ -156,7 +156,7 @@ def _close(cursor: DictCursor, order: Order, reason: str) -> Order:
     return replace(order, state=reason)
 
 
-def give_back(redis: RedisClient, scripts: Scripts, voucher_id: int, order_id: int) -> int:
+def give_back(scripts: Scripts, voucher_id: int, order_id: int) -> int:
     """Put a closed order's unit back in Redis's stock: 1 given back now, 0 back already,
     -1 Redis does not hold the voucher (its rebuild from MySQL counts the return)."""
     return int(
@@ -173,7 +173,7 @@ def _settled(redis: RedisClient, scripts: Scripts, order: Order) -> None:
     while the hint is not final."""
     try:
         if order.state in (EXPIRED, CANCELLED):
-            give_back(redis, scripts, order.voucher_id, order.order_id)
+            give_back(scripts, order.voucher_id, order.order_id)
         hints.replace(redis, order.data())
     except Exception:  # the cluster client raises its own errors besides RedisError
         log.warning("order %s is %s; Redis could not be told", order.order_id, order.state, exc_info=True)
@@ -282,6 +282,6 @@ def expire(db: Database, redis: RedisClient, scripts: Scripts, order_id: int) ->
     if decided.outcome not in (Expiry.EXPIRED, Expiry.CLOSED):
         return decided
     assert decided.order is not None
-    given = give_back(redis, scripts, decided.order.voucher_id, order_id)
+    given = give_back(scripts, decided.order.voucher_id, order_id)
     hints.replace(redis, decided.order.data())
     return Expired(decided.outcome, decided.order, given)

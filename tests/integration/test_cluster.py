@@ -144,8 +144,8 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
         assert cluster.get(keys.stock(voucher_id)) == "0"
         assert cluster.smembers(keys.buyers(voucher_id)) == {str(first), str(second)}
         # A closed hold's unit goes back in the voucher's slot too (and the buyer stays).
-        assert holds.give_back(cluster, scripts, voucher_id, order_id) == 1
-        assert holds.give_back(cluster, scripts, voucher_id, order_id) == 0
+        assert holds.give_back(scripts, voucher_id, order_id) == 1
+        assert holds.give_back(scripts, voucher_id, order_id) == 0
         assert cluster.get(keys.stock(voucher_id)) == "1"
         assert cluster.keyslot(keys.returned(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
 

@@ -213,7 +213,7 @@ def test_a_give_back_whose_reply_was_lost_is_not_given_twice(
     # MySQL committed the expiry; Redis ran the script but its reply never arrived.
     db_rows(db, "UPDATE tb_voucher_order SET status = 4, close_reason = 'EXPIRED' WHERE id = %s", hold.order_id)
     db_rows(db, "UPDATE tb_seckill_voucher SET stock = stock + 1 WHERE voucher_id = %s", hold.voucher_id)
-    holds.give_back(redis, scripts, hold.voucher_id, hold.order_id)  # its reply, lost
+    holds.give_back(scripts, hold.voucher_id, hold.order_id)  # its reply, lost
     # The caller retries (SQS redelivers the expiry).
     retried = holds.expire(db, redis, scripts, hold.order_id)
     assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 0)
@@ -225,7 +225,7 @@ def test_give_back_leaves_a_voucher_redis_lost_to_its_rebuild(
 ) -> None:
     hold = sell()
     redis.delete(keys.stock(hold.voucher_id))
-    assert holds.give_back(redis, scripts, hold.voucher_id, hold.order_id) == -1
+    assert holds.give_back(scripts, hold.voucher_id, hold.order_id) == -1
     assert not redis.exists(keys.stock(hold.voucher_id), keys.returned(hold.voucher_id))
 
 

@@ -158,7 +158,7 @@ def test_a_give_back_after_a_rebuild_that_counted_its_return_adds_nothing(
     restored = restore(db, scripts, hold.voucher_id, "repair")
     assert restored is not None
     assert stocks(db, redis, hold.voucher_id) == (2, 2)
-    assert holds.give_back(redis, scripts, hold.voucher_id, hold.order_id) == 0
+    assert holds.give_back(scripts, hold.voucher_id, hold.order_id) == 0
     assert stocks(db, redis, hold.voucher_id) == (2, 2)
 
 
