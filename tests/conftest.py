@@ -19,7 +19,8 @@ from moto.server import ThreadedMotoServer
 from redis import Redis
 
 from benchmarks.servers import SqsServer
-from seckill import vouchers
+from seckill import hints, vouchers
+from seckill.hints import CONFIRMED
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
@@ -33,7 +34,18 @@ from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS, ensure_queues, sqs_client
 from seckill_local.template import Template
 from tests.claims import claimed_database
-from tests.helpers import RESULT_KEYS, Handler, body, drain, on_sale, seckill_event
+from tests.helpers import (
+    HINT_TTL,
+    RESULT_KEYS,
+    Handler,
+    Hold,
+    accept,
+    body,
+    drain,
+    on_sale,
+    persist_order,
+    seckill_event,
+)
 from tests.outcomes import Arena
 
 RUN_ID = secrets.token_hex(4)
@@ -283,3 +295,26 @@ def buy(
         return response
 
     return place
+
+
+@pytest.fixture
+def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Callable[..., list[Hold]]]:
+    """``count`` confirmed orders (holds) of a voucher of their own with ``stock`` units,
+    each persisted as the persister stores it."""
+    made: list[int] = []
+
+    def make(count: int = 1, stock: int = 3, hold_seconds: int = 900) -> list[Hold]:
+        voucher = on_sale(stock).model_copy(update={"hold_seconds": hold_seconds})
+        voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+        made.append(voucher_id)
+        sold = []
+        for _ in range(count):
+            m = accept(gate, redis, voucher_id)
+            hints.write_pending(redis, m, HINT_TTL)
+            assert persist_order(db, redis, scripts, m).status == CONFIRMED
+            sold.append(Hold(voucher_id, m.order_id, m.user_id))
+        return sold
+
+    yield make
+    for voucher_id in made:
+        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +27,7 @@ from botocore.credentials import Credentials as AwsCredentials
 from redis import Redis
 from redis.exceptions import RedisError
 
+from seckill.expiry import ExpiryMessage
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.config import Settings
@@ -343,3 +344,28 @@ def expect_try_again(response: dict[str, Any], *hidden: str) -> None:
     expect_refusal(response, 503, "TRY_AGAIN")
     for leak in ("Traceback", "pymysql", "OperationalError", "Can't connect", "127.0.0.1", *hidden):
         assert leak not in response["body"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A confirmed order of a voucher of its own (the ``sell`` fixture makes them)."""
+
+    voucher_id: int
+    order_id: int
+    user_id: int
+
+    def message(self, pay_by: datetime | None = None) -> ExpiryMessage:
+        """Its expiry message, due ``pay_by`` (now by default)."""
+        return ExpiryMessage(self.order_id, self.voucher_id, self.user_id, pay_by or datetime.now(UTC))
+
+
+def overdue(db: Database, *holds: Hold) -> None:
+    """Their deadlines passed (no expiry has run)."""
+    for hold in holds:
+        db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", hold.order_id)
+
+
+def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
+    """(MySQL stock, Redis stock) of a voucher."""
+    [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
+    return int(row["stock"]), int(redis.get(keys.stock(voucher_id)))

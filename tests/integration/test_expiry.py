@@ -9,15 +9,14 @@ import copy
 import json
 import sys
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from seckill import hints, holds, vouchers
+from seckill import hints, holds
 from seckill.expiry import MAX_DELAY_SECONDS, ExpiryMessage
 from seckill.hints import CONFIRMED
 from seckill.ids import next_order_id
@@ -28,17 +27,18 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Template
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, drain, load_event, new_user, on_sale, persist_order
-
-
-@dataclass(frozen=True)
-class Hold:
-    voucher_id: int
-    order_id: int
-    user_id: int
-
-    def message(self, pay_by: datetime | None = None) -> ExpiryMessage:
-        return ExpiryMessage(self.order_id, self.voucher_id, self.user_id, pay_by or datetime.now(UTC))
+from tests.helpers import (
+    Hold,
+    accept,
+    closed_port,
+    db_rows,
+    drain,
+    load_event,
+    new_user,
+    overdue,
+    persist_order,
+    stocks,
+)
 
 
 def fresh(template: Template, logical_id: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
@@ -95,37 +95,6 @@ def expiry_queue(queues: dict[str, str]) -> str:
 def expiry_fn(template: Template, expiry_queue: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """OrderExpiryFunction sending to this test's own expiry queue."""
     return fresh(template, "OrderExpiryFunction", monkeypatch, ORDER_EXPIRY_QUEUE_URL=expiry_queue)
-
-
-@pytest.fixture
-def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Callable[..., list[Hold]]]:
-    """Confirmed orders (holds) of a voucher of their own, persisted as the persister does."""
-    made: list[int] = []
-
-    def make(count: int = 1, stock: int = 3) -> list[Hold]:
-        voucher_id = vouchers.create_seckill_voucher(db, redis, on_sale(stock))
-        made.append(voucher_id)
-        sold = []
-        for _ in range(count):
-            m = accept(gate, redis, voucher_id)
-            hints.write_pending(redis, m, HINT_TTL)
-            assert persist_order(db, redis, scripts, m).status == CONFIRMED
-            sold.append(Hold(voucher_id, m.order_id, m.user_id))
-        return sold
-
-    yield make
-    for voucher_id in made:
-        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
-
-
-def overdue(db: Database, hold: Hold) -> None:
-    db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", hold.order_id)
-
-
-def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
-    """(MySQL stock, Redis stock)."""
-    [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
-    return int(row["stock"]), int(redis.get(keys.stock(voucher_id)))
 
 
 def status(db: Database, hold: Hold) -> tuple[int, str | None]:

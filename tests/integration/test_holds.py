@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import redis as redis_lib
 
-from seckill import hints, holds, vouchers
+from seckill import hints, holds
 from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, PAID
 from seckill.holds import NOT_FOUND, REFUSALS, Expiry
 from seckill.infra import keys
@@ -23,45 +22,15 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
 from seckill.persist.persistence import OrderIdConflict, persist_orders
 from seckill.press.gate import Gate
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, on_sale, persist_order
-
-
-@dataclass(frozen=True)
-class Hold:
-    """A confirmed order of a voucher of its own (MySQL and Redis stock as after the sale)."""
-
-    voucher_id: int
-    order_id: int
-    user_id: int
-
-
-@pytest.fixture
-def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Callable[..., Hold]]:
-    made: list[int] = []
-
-    def make(stock: int = 3, hold_seconds: int = 900) -> Hold:
-        voucher = on_sale(stock).model_copy(update={"hold_seconds": hold_seconds})
-        voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
-        made.append(voucher_id)
-        m = accept(gate, redis, voucher_id)
-        hints.write_pending(redis, m, HINT_TTL)
-        assert persist_order(db, redis, scripts, m).status == CONFIRMED
-        return Hold(voucher_id, m.order_id, m.user_id)
-
-    yield make
-    for voucher_id in made:
-        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
-
-
-def overdue(db: Database, hold: Hold) -> None:
-    """Its deadline passed (no expiry has run)."""
-    db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", hold.order_id)
-
-
-def stocks(db: Database, redis: Any, hold: Hold) -> tuple[int, int]:
-    """(MySQL stock, Redis stock) of the hold's voucher."""
-    [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", hold.voucher_id)
-    return int(row["stock"]), int(redis.get(keys.stock(hold.voucher_id)))
+from tests.helpers import (
+    Hold,
+    closed_port,
+    db_rows,
+    new_user,
+    overdue,
+    persist_order,
+    stocks,
+)
 
 
 def stored(db: Database, hold: Hold) -> dict[str, Any]:
@@ -83,8 +52,10 @@ def hint_status(redis: Any, hold: Hold) -> str:
 # --- payment ---------------------------------------------------------------------------------------
 
 
-def test_a_payment_in_time_pays_the_hold(db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]) -> None:
-    hold = sell()
+def test_a_payment_in_time_pays_the_hold(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
+) -> None:
+    (hold,) = sell()
     paid = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
     assert isinstance(paid, dict)
     assert paid["status"] == PAID
@@ -94,14 +65,14 @@ def test_a_payment_in_time_pays_the_hold(db: Database, redis: Any, scripts: Scri
     assert paid["paidAt"] < paid["payBy"]
     row = stored(db, hold)
     assert (row["status"], row["payment_id"], row["in_time"]) == (2, "pay-1", 1)
-    assert stocks(db, redis, hold) == (2, 2)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)
     assert hint_status(redis, hold) == PAID
 
 
 def test_the_same_payment_again_answers_paid_and_changes_nothing(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     first = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
     before = stored(db, hold)
     again = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
@@ -110,27 +81,27 @@ def test_the_same_payment_again_answers_paid_and_changes_nothing(
 
 
 def test_another_payment_of_a_paid_hold_is_already_paid(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     holds.pay(db, redis, scripts, hold.order_id, "pay-1")
     assert holds.pay(db, redis, scripts, hold.order_id, "pay-2") == REFUSALS["ALREADY_PAID"]
     assert stored(db, hold)["payment_id"] == "pay-1"
 
 
 def test_a_payment_after_the_deadline_expires_the_hold_before_any_expiry_ran(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     overdue(db, hold)
     assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
     row = stored(db, hold)
     assert (row["status"], row["close_reason"], row["payment_id"]) == (4, EXPIRED, None)
-    assert stocks(db, redis, hold) == (3, 3)  # the unit is back, in both
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)  # the unit is back, in both
     # Paid again, or expired by the expiry that follows: back once only.
     assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
     assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.CLOSED
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
     assert hint_status(redis, hold) == EXPIRED
     assert redis.smembers(keys.returned(hold.voucher_id)) == {str(hold.order_id)}
 
@@ -143,72 +114,74 @@ def test_a_payment_of_an_unknown_order_is_not_found(db: Database, redis: Any, sc
 
 
 def test_the_owner_cancels_and_the_unit_is_back_once(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     cancelled = holds.cancel(db, redis, scripts, hold.order_id, hold.user_id)
     assert isinstance(cancelled, dict)
     assert cancelled["status"] == CANCELLED
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
     # A retry whose first answer was lost: the same answer, nothing more given back.
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
     assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[CANCELLED]
     assert hint_status(redis, hold) == CANCELLED
 
 
 def test_another_users_cancel_is_not_found_as_an_unknown_order(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     assert holds.cancel(db, redis, scripts, hold.order_id, new_user()) == NOT_FOUND
     assert stored(db, hold)["status"] == 1
-    assert stocks(db, redis, hold) == (2, 2)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)
 
 
-def test_a_paid_hold_cannot_be_cancelled(db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]) -> None:
-    hold = sell()
+def test_a_paid_hold_cannot_be_cancelled(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
+) -> None:
+    (hold,) = sell()
     holds.pay(db, redis, scripts, hold.order_id, "pay-1")
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == REFUSALS[PAID]
-    assert stocks(db, redis, hold) == (2, 2)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)
 
 
 # --- expiry ----------------------------------------------------------------------------------------
 
 
 def test_expire_waits_for_the_deadline_then_returns_the_unit_once(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell(hold_seconds=600)
+    (hold,) = sell(hold_seconds=600)
     early = holds.expire(db, redis, scripts, hold.order_id)
     assert early.outcome is Expiry.NOT_YET
     assert early.order is not None
     assert 590 < early.order.seconds_left <= 600
-    assert stocks(db, redis, hold) == (2, 2)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)
     overdue(db, hold)
     expired = holds.expire(db, redis, scripts, hold.order_id)
     assert (expired.outcome, expired.given_back) == (Expiry.EXPIRED, 1)
     again = holds.expire(db, redis, scripts, hold.order_id)
     assert (again.outcome, again.given_back) == (Expiry.CLOSED, 0)
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_expire_leaves_a_paid_hold_and_a_missing_order_alone(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     holds.pay(db, redis, scripts, hold.order_id, "pay-1")
     overdue(db, hold)
     assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.PAID
     assert stored(db, hold)["status"] == 2
-    assert stocks(db, redis, hold) == (2, 2)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)
     assert holds.expire(db, redis, scripts, 10**15 + random.randrange(10**9)).outcome is Expiry.MISSING
 
 
 def test_a_give_back_whose_reply_was_lost_is_not_given_twice(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     overdue(db, hold)
     # MySQL committed the expiry; Redis ran the script but its reply never arrived.
     db_rows(db, "UPDATE tb_voucher_order SET status = 4, close_reason = 'EXPIRED' WHERE id = %s", hold.order_id)
@@ -217,13 +190,13 @@ def test_a_give_back_whose_reply_was_lost_is_not_given_twice(
     # The caller retries (SQS redelivers the expiry).
     retried = holds.expire(db, redis, scripts, hold.order_id)
     assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 0)
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_give_back_leaves_a_voucher_redis_lost_to_its_rebuild(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     redis.delete(keys.stock(hold.voucher_id))
     assert holds.give_back(scripts, hold.voucher_id, hold.order_id) == -1
     assert not redis.exists(keys.stock(hold.voucher_id), keys.returned(hold.voucher_id))
@@ -251,11 +224,11 @@ def race(*calls: Callable[[], Any]) -> list[Any]:
 
 
 def test_payment_and_cancel_racing_on_one_hold_one_wins_and_stock_is_right(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     rng = random.Random(18)
     for _ in range(12):
-        hold = sell(stock=2)
+        (hold,) = sell(stock=2)
         calls = [
             lambda h=hold: holds.pay(db, redis, scripts, h.order_id, "pay-1"),
             lambda h=hold: holds.cancel(db, redis, scripts, h.order_id, h.user_id),
@@ -267,16 +240,16 @@ def test_payment_and_cancel_racing_on_one_hold_one_wins_and_stock_is_right(
         assert (len(won), len(lost)) == (1, 1), answers
         if won[0]["status"] == PAID:
             assert lost[0] == REFUSALS[PAID]
-            assert stocks(db, redis, hold) == (1, 1)
+            assert stocks(db, redis, hold.voucher_id) == (1, 1)
         else:
             assert lost[0] == REFUSALS[CANCELLED]
-            assert stocks(db, redis, hold) == (2, 2)
+            assert stocks(db, redis, hold.voucher_id) == (2, 2)
 
 
 def test_payment_racing_the_expiry_at_the_deadline_one_wins(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     overdue(db, hold)
     paid, expired = race(
         lambda: holds.pay(db, redis, scripts, hold.order_id, "pay-1"),
@@ -285,13 +258,13 @@ def test_payment_racing_the_expiry_at_the_deadline_one_wins(
     # Past the deadline the payment can only lose, whichever ran first.
     assert paid == REFUSALS[EXPIRED]
     assert expired.outcome in (Expiry.EXPIRED, Expiry.CLOSED)
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_cancel_racing_the_expiry_one_wins_and_the_unit_is_back_once(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     overdue(db, hold)
     cancelled, expired = race(
         lambda: holds.cancel(db, redis, scripts, hold.order_id, hold.user_id),
@@ -300,13 +273,13 @@ def test_cancel_racing_the_expiry_one_wins_and_the_unit_is_back_once(
     assert cancelled == REFUSALS[EXPIRED]  # the deadline decides, not who came first
     assert expired.outcome in (Expiry.EXPIRED, Expiry.CLOSED)
     assert stored(db, hold)["close_reason"] == EXPIRED
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_a_redelivered_order_reports_its_stored_deadline(
-    db: Database, redis: Any, scripts: Scripts, gate: Gate, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, gate: Gate, sell: Callable[..., list[Hold]]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     [row] = db_rows(db, "SELECT create_time, pay_by FROM tb_voucher_order WHERE id = %s", hold.order_id)
     again = persist_order(
         db, redis, scripts, OrderMessage(hold.order_id, hold.user_id, hold.voucher_id, row["create_time"])
@@ -327,37 +300,37 @@ def lost_redis() -> tuple[Any, Scripts]:
 
 
 def test_a_cancel_answers_what_mysql_committed_when_redis_fails_and_a_retry_gives_back_once(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold], lost_redis: tuple[Any, Scripts]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]], lost_redis: tuple[Any, Scripts]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     cancelled = holds.cancel(db, lost_redis[0], lost_redis[1], hold.order_id, hold.user_id)
     assert isinstance(cancelled, dict)
     assert cancelled["status"] == CANCELLED
-    assert stocks(db, redis, hold) == (3, 2)  # Redis missed the return
+    assert stocks(db, redis, hold.voucher_id) == (3, 2)  # Redis missed the return
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_an_expiry_whose_give_back_fails_raises_and_its_retry_gives_back_once(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold], lost_redis: tuple[Any, Scripts]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]], lost_redis: tuple[Any, Scripts]
 ) -> None:
-    hold = sell()
+    (hold,) = sell()
     overdue(db, hold)
     with pytest.raises(redis_lib.ConnectionError):
         holds.expire(db, lost_redis[0], lost_redis[1], hold.order_id)
     assert stored(db, hold)["close_reason"] == EXPIRED  # committed before Redis was asked
-    assert stocks(db, redis, hold) == (3, 2)
+    assert stocks(db, redis, hold.voucher_id) == (3, 2)
     retried = holds.expire(db, redis, scripts, hold.order_id)
     assert (retried.outcome, retried.given_back) == (Expiry.CLOSED, 1)
     assert holds.expire(db, redis, scripts, hold.order_id).given_back == 0
-    assert stocks(db, redis, hold) == (3, 3)
+    assert stocks(db, redis, hold.voucher_id) == (3, 3)
 
 
 def test_a_redelivered_order_paid_or_closed_has_no_deadline_to_keep(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    paid, cancelled = sell(), sell()
+    (paid,), (cancelled,) = sell(), sell()
     holds.pay(db, redis, scripts, paid.order_id, "pay-1")
     holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id)
     for hold in (paid, cancelled):
@@ -368,9 +341,9 @@ def test_a_redelivered_order_paid_or_closed_has_no_deadline_to_keep(
 
 
 def test_an_order_id_stored_for_another_vouchers_order_is_still_a_conflict(
-    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., Hold]
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
-    stored, other = sell(), sell()
+    (stored,), (other,) = sell(), sell()
     clash = OrderMessage(stored.order_id, new_user(), other.voucher_id, datetime.now(UTC))
     (outcome,) = persist_orders(db, redis, scripts, [clash])
     assert isinstance(outcome, OrderIdConflict)

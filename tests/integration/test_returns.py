@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from seckill import hints, holds, vouchers
-from seckill.hints import CONFIRMED
+from seckill import holds
 from seckill.holds import Expiry
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
@@ -24,35 +22,14 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
 from seckill.press.gate import Gate, Reservation
 from seckill.repair.restore import restore
-from tests.helpers import HINT_TTL, accept, closed_port, db_rows, new_user, on_sale, persist_order, reconcile_voucher
-
-
-@dataclass(frozen=True)
-class Hold:
-    voucher_id: int
-    order_id: int
-    user_id: int
-
-
-@pytest.fixture
-def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Callable[..., list[Hold]]]:
-    """``count`` confirmed orders of a voucher of their own (``stock`` units)."""
-    made: list[int] = []
-
-    def make(count: int, stock: int) -> list[Hold]:
-        voucher_id = vouchers.create_seckill_voucher(db, redis, on_sale(stock))
-        made.append(voucher_id)
-        sold = []
-        for _ in range(count):
-            m = accept(gate, redis, voucher_id)
-            hints.write_pending(redis, m, HINT_TTL)
-            assert persist_order(db, redis, scripts, m).status == CONFIRMED
-            sold.append(Hold(voucher_id, m.order_id, m.user_id))
-        return sold
-
-    yield make
-    for voucher_id in made:
-        redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
+from tests.helpers import (
+    Hold,
+    closed_port,
+    new_user,
+    overdue,
+    reconcile_voucher,
+    stocks,
+)
 
 
 @pytest.fixture
@@ -60,17 +37,6 @@ def redis_down() -> tuple[Any, Scripts]:
     """A Redis client (and its scripts) on a port nobody listens on."""
     dead = redis_client(Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{closed_port()}/0"}))
     return dead, Scripts.register(dead)
-
-
-def overdue(db: Database, *sold: Hold) -> None:
-    for hold in sold:
-        db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", hold.order_id)
-
-
-def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
-    """(MySQL stock, Redis stock)."""
-    [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
-    return int(row["stock"]), int(redis.get(keys.stock(voucher_id)))
 
 
 def returned(redis: Any, voucher_id: int) -> set[int]:
