@@ -133,9 +133,11 @@ class EdgeServer:
 def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
     """The environment under which a plain ``boto3.client("cloudfront-keyvaluestore")``
     writes the local store listening at ``listener``; other local endpoints stay direct."""
+    # Both spellings: where both are set, the lower-case one wins (urllib's getproxies).
+    proxies = {"http_proxy": listener, "no_proxy": "127.0.0.1,localhost"}
     return {
         "EDGE_KVS_ARN": kvs_arn,
         "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": KVS_ENDPOINT,
-        "HTTP_PROXY": listener,
-        "NO_PROXY": "127.0.0.1,localhost",
+        **proxies,
+        **{name.upper(): value for name, value in proxies.items()},
     }

@@ -1,0 +1,278 @@
+"""The local edge (``seckill_local.edge``): edge/press.js on Node.js in front of an
+upstream that records what reaches it, and the KeyValueStore stand-in written with
+boto3's own ``cloudfront-keyvaluestore`` client (SigV4A, botocore's REST calls)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+import urllib3
+from botocore.config import Config
+
+from seckill.infra import results
+from seckill.press.gate import REFUSALS, SOLD_OUT
+from seckill_local.edge import KVS_ARN, KVS_ENDPOINT, EdgeServer
+from seckill_local.node import node
+
+pytestmark = pytest.mark.skipif(node() is None, reason="no Node.js 22.5+: make bench-setup installs one")
+
+TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Upstream:
+    """Stands in for the local API: records each request, answers a fixed 404 of its own."""
+
+    STATUS = 404
+    HEADERS = {"content-type": "application/json", "x-upstream": "yes", "set-cookie": "a=1"}
+    BODY = b'{"success": false, "data": null, "errorMsg": "voucher not found", "code": "VOUCHER_NOT_FOUND"}'
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                upstream.seen.append(Seen(self.command, self.path, headers, body))
+                self.send_response(upstream.STATUS)
+                for name, value in upstream.HEADERS.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(upstream.BODY)))
+                self.end_headers()
+                self.wfile.write(upstream.BODY)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture
+def edge(upstream: Upstream) -> Iterator[EdgeServer]:
+    with EdgeServer(upstream.url) as server:
+        yield server
+
+
+@pytest.fixture
+def kvs(edge: EdgeServer) -> Any:
+    """boto3's client as the publisher makes it, its calls routed to the stand-in."""
+    return boto3.client(
+        "cloudfront-keyvaluestore",
+        endpoint_url=KVS_ENDPOINT,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(proxies={"http": edge.kvs_endpoint}, retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture
+def http() -> urllib3.PoolManager:
+    return urllib3.PoolManager(retries=False, timeout=10)
+
+
+def state(*, sold_out: bool, v: int = 1) -> str:
+    """A voucher on sale since a minute ago, for an hour more (the KVS value's shape)."""
+    now = int(time.time() * 1000)
+    value = {"v": v, "begin": now - 60_000, "end": now + 3_600_000, "soldOut": sold_out, "stopped": False}
+    return json.dumps(value, separators=(",", ":"))
+
+
+def put(kvs: Any, key: str, value: str) -> str:
+    etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    return str(kvs.put_key(KvsARN=KVS_ARN, Key=key, Value=value, IfMatch=etag)["ETag"])
+
+
+def press(http: urllib3.PoolManager, edge: EdgeServer, voucher_id: int) -> urllib3.BaseHTTPResponse:
+    return http.request(
+        "POST", f"{edge.url}/voucher-order/seckill/{voucher_id}", headers={"authorization": TOKEN}, body=b""
+    )
+
+
+def test_a_sold_out_voucher_is_refused_at_the_edge_as_the_function_would(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    refusal = REFUSALS[SOLD_OUT]
+    put(kvs, "42", state(sold_out=True))
+
+    answer = press(http, edge, 42)
+
+    assert answer.status == 409
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.headers["x-seckill-edge"] == "1"
+    assert answer.data == results.fail(refusal.status, refusal.code, refusal.message).body.encode()
+    assert upstream.seen == []
+    assert edge.stats().answered == 1
+    assert edge.stats().forwarded == 0
+
+
+def test_a_voucher_still_on_sale_or_unknown_is_forwarded_and_answered_by_the_upstream_unchanged(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    put(kvs, "7", state(sold_out=False))
+    body = b'{"any": "body"}'
+
+    for voucher_id in (7, 8):  # on sale; no key at all
+        answer = http.request(
+            "POST",
+            f"{edge.url}/voucher-order/seckill/{voucher_id}",
+            headers={"authorization": TOKEN, "content-type": "application/json", "x-trace": "t1"},
+            body=body,
+        )
+        assert (answer.status, answer.data) == (Upstream.STATUS, Upstream.BODY)
+        assert {name: answer.headers[name] for name in Upstream.HEADERS} == Upstream.HEADERS
+
+    assert [(s.method, s.target, s.body) for s in upstream.seen] == [
+        ("POST", "/voucher-order/seckill/7", body),
+        ("POST", "/voucher-order/seckill/8", body),
+    ]
+    assert all(s.headers["authorization"] == TOKEN and s.headers["x-trace"] == "t1" for s in upstream.seen)
+    assert edge.stats().forwarded == 2
+
+
+def test_a_sold_out_press_without_a_token_is_left_to_the_api(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """The API answers it 401 (its authorizer); the edge decides nothing for a caller it cannot tell apart."""
+    put(kvs, "42", state(sold_out=True))
+
+    answer = http.request("POST", f"{edge.url}/voucher-order/seckill/42", body=b"")
+
+    assert answer.status == Upstream.STATUS
+    assert [s.target for s in upstream.seen] == ["/voucher-order/seckill/42"]
+
+
+def test_other_routes_are_forwarded_with_their_query_strings_as_sent(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    targets = ["/voucher/list/1?current=2&name=a%20b&flag&flag=x", "/voucher-order/9?x=%2F"]
+    for target in targets:
+        answer = http.request("GET", f"{edge.url}{target}", headers={"cookie": "session=s1; theme=dark"})
+        assert answer.status == Upstream.STATUS
+
+    assert [(s.method, s.target) for s in upstream.seen] == [("GET", target) for target in targets]
+    assert upstream.seen[0].headers["cookie"] == "session=s1; theme=dark"
+
+
+def test_a_write_with_a_stale_etag_is_a_conflict_and_changes_nothing(edge: EdgeServer, kvs: Any) -> None:
+    stale = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    fresh = put(kvs, "42", state(sold_out=False, v=1))
+    assert fresh != stale
+
+    with pytest.raises(kvs.exceptions.ConflictException):
+        kvs.put_key(KvsARN=KVS_ARN, Key="42", Value=state(sold_out=True, v=2), IfMatch=stale)
+    with pytest.raises(kvs.exceptions.ConflictException):
+        kvs.delete_key(KvsARN=KVS_ARN, Key="42", IfMatch=stale)
+
+    assert json.loads(kvs.get_key(KvsARN=KVS_ARN, Key="42")["Value"])["v"] == 1
+    assert kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"] == fresh
+
+
+def test_keys_and_values_over_the_documented_sizes_are_refused(edge: EdgeServer, kvs: Any) -> None:
+    etag = put(kvs, "k" * 512, "v" * 1024)  # at the limits: kept
+
+    for key, value in (("k" * 513, "v"), ("big", "v" * 1025), ("wide", "é" * 513)):  # bytes, not characters
+        with pytest.raises(kvs.exceptions.ValidationException):
+            kvs.put_key(KvsARN=KVS_ARN, Key=key, Value=value, IfMatch=etag)
+
+    described = kvs.describe_key_value_store(KvsARN=KVS_ARN)
+    assert (described["ItemCount"], described["TotalSizeInBytes"], described["ETag"]) == (1, 512 + 1024, etag)
+
+
+def test_a_missing_key_is_not_found_and_the_store_lists_its_keys_by_pages(edge: EdgeServer, kvs: Any) -> None:
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        kvs.get_key(KvsARN=KVS_ARN, Key="404")
+    etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    puts = [{"Key": str(n), "Value": state(sold_out=False, v=n)} for n in range(1, 6)]
+    etag = kvs.update_keys(KvsARN=KVS_ARN, IfMatch=etag, Puts=puts)["ETag"]
+    kvs.delete_key(KvsARN=KVS_ARN, Key="3", IfMatch=etag)
+
+    pages = kvs.get_paginator("list_keys").paginate(KvsARN=KVS_ARN, PaginationConfig={"PageSize": 2})
+    listed = [item["Key"] for page in pages for item in page["Items"]]
+
+    assert listed == ["1", "2", "4", "5"]
+
+
+def test_an_unsigned_call_is_denied(edge: EdgeServer, http: urllib3.PoolManager) -> None:
+    answer = http.request("GET", f"{edge.kvs_endpoint}/key-value-stores/{KVS_ARN.replace('/', '%2F')}")
+
+    assert answer.status == 403
+    assert answer.headers["x-amzn-errortype"] == "AccessDeniedException"
+
+
+def test_a_plain_client_writes_the_store_under_the_environment_the_edge_gives(edge: EdgeServer, kvs: Any) -> None:
+    """What EdgePublisherFunction runs with locally: no client configuration, only its environment."""
+    script = (
+        "import boto3, os\n"
+        "kvs = boto3.client('cloudfront-keyvaluestore')\n"
+        "arn = os.environ['EDGE_KVS_ARN']\n"
+        "etag = kvs.describe_key_value_store(KvsARN=arn)['ETag']\n"
+        "kvs.put_key(KvsARN=arn, Key='42', Value='from the publisher', IfMatch=etag)\n"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    env.update({"AWS_DEFAULT_REGION": "us-east-1", **edge.environment()})
+
+    # Our own interpreter, our own script.
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)  # noqa: S603
+
+    assert kvs.get_key(KvsARN=KVS_ARN, Key="42")["Value"] == "from the publisher"
+
+
+def test_how_long_a_put_takes_to_reach_the_viewer_side(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """Printed, not asserted: the figure docs/edge.md quotes for the local edge."""
+    put(kvs, "42", state(sold_out=False))
+    assert press(http, edge, 42).status == Upstream.STATUS
+    samples = []
+    for v in range(2, 52):
+        sold_out = v % 2 == 0
+        started = time.perf_counter()
+        put(kvs, "42", state(sold_out=sold_out, v=v))
+        deadline = started + 5
+        while (press(http, edge, 42).status == 409) != sold_out:
+            assert time.perf_counter() < deadline, f"write {v} never reached the viewer side"
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    print(
+        f"\nDescribe+PutKey until the viewer side answers by it: median {samples[len(samples) // 2]:.1f} ms, "
+        f"max {samples[-1]:.1f} ms over {len(samples)} writes"
+    )
