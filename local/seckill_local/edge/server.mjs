@@ -9,7 +9,7 @@
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { loadFunction } from './cloudfront.mjs';
+import { loadFunction, mapStore } from './cloudfront.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -44,7 +44,6 @@ const store = {
   etag: newEtag(),
   created: Date.now() / 1000,
   modified: Date.now() / 1000,
-  get: (key) => store.items.get(key),
 };
 
 function newEtag() {
@@ -209,7 +208,7 @@ const kvsServer = http.createServer(async (req, res) => {
 
 // ---- The viewer side -------------------------------------------------------
 
-const handler = loadFunction(args.function, store);
+const handler = loadFunction(args.function, mapStore(store.items));
 const upstream = new URL(args.upstream);
 const agent = new http.Agent({ keepAlive: true });
 // Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, not to the request.
