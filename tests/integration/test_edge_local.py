@@ -1,18 +1,24 @@
 """The local edge (``seckill_local.edge``): edge/press.js on Node.js in front of an
 upstream that records what reaches it, and the KeyValueStore stand-in written with
-boto3's own ``cloudfront-keyvaluestore`` client (SigV4A, botocore's REST calls)."""
+boto3's own ``cloudfront-keyvaluestore`` client (SigV4A, botocore's REST calls); and
+the environment the runner gives the edge's functions. Without Node.js the edge's
+tests fail, naming ``make bench-setup``, which installs it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -22,10 +28,8 @@ from botocore.config import Config
 
 from seckill.infra import results
 from seckill.press.gate import REFUSALS, SOLD_OUT
-from seckill_local.edge import KVS_ARN, KVS_ENDPOINT, EdgeServer
-from seckill_local.node import node
-
-pytestmark = pytest.mark.skipif(node() is None, reason="no Node.js 22.5+: make bench-setup installs one")
+from seckill_local.edge import KVS_ARN, KVS_ENDPOINT, EdgeServer, kvs_environment
+from seckill_local.runner import Runner
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
 
@@ -284,3 +288,90 @@ def test_how_long_a_put_takes_to_reach_the_viewer_side(
         f"then answered by the new state after median {median(visible):.2f} ms (max {max(visible):.2f}), "
         f"{presses} presses answered by the old one"
     )
+
+
+# --- the runner's environment for the edge's functions ------------------------------------------
+
+# The shape of the stack's edge: a state sender whose queue URL is empty without the edge,
+# and the publisher, fed by EdgeStateQueue, on the store's ARN.
+EDGE_TEMPLATE = """
+Parameters:
+  Edge: {Type: String, Default: none}
+Conditions:
+  HasEdge: !Equals [!Ref Edge, cloudfront]
+Resources:
+  EdgeStateQueue: {Type: AWS::SQS::Queue}
+  SenderFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/seckill_api/
+      Environment:
+        Variables:
+          EDGE_STATE_QUEUE_URL: !If [HasEdge, !Ref EdgeStateQueue, ""]
+  PublisherFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/seckill_api/
+      Environment:
+        Variables:
+          EDGE_KVS_ARN: !GetAtt EdgeKeyValueStore.Arn
+          AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE: !Ref AWS::NoValue
+"""
+
+
+@pytest.fixture
+def edge_runner(tmp_path: Path, sqs_endpoint: str, sqs: Any) -> Iterator[Any]:
+    """Runners over EDGE_TEMPLATE, their queues under a prefix of this test's own."""
+    template = tmp_path / "template.yaml"
+    template.write_text(textwrap.dedent(EDGE_TEMPLATE), encoding="utf-8")
+    prefix = f"e{uuid.uuid4().hex[:10]}-"
+
+    def make(*, edge: bool, parameters: dict[str, str] | None = None) -> Runner:
+        env_vars = tmp_path / f"env-{uuid.uuid4().hex[:6]}.json"
+        env_vars.write_text(json.dumps({"Parameters": parameters or {}}), encoding="utf-8")
+        args = argparse.Namespace(
+            template=str(template),
+            env_vars=env_vars,
+            sqs_endpoint=sqs_endpoint,
+            queue_prefix=prefix,
+            edge=edge,
+            kvs_endpoint="http://127.0.0.1:4999",
+        )
+        return Runner(args)
+
+    yield make
+    for url in sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", []):
+        sqs.delete_queue(QueueUrl=url)
+
+
+def test_without_the_edge_the_functions_send_no_notices_and_the_publisher_has_no_store(edge_runner: Any) -> None:
+    runner = edge_runner(edge=False)
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == ""
+    assert not {"EDGE_KVS_ARN", "HTTP_PROXY", "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"} & set(publisher)
+
+
+def test_with_the_edge_the_senders_get_the_queue_and_the_publisher_the_local_store(edge_runner: Any) -> None:
+    runner = edge_runner(edge=True)
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
+    assert "HTTP_PROXY" not in sender  # only the publisher goes through the store's listener
+    assert kvs_environment("http://127.0.0.1:4999").items() <= publisher.items()
+
+
+def test_an_env_vars_file_naming_a_store_turns_the_edge_on_and_its_arn_wins(edge_runner: Any) -> None:
+    other = "arn:aws:cloudfront::000000000000:key-value-store/other"
+    runner = edge_runner(edge=False, parameters={"EDGE_KVS_ARN": other})
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
+    assert publisher["EDGE_KVS_ARN"] == other
+    assert publisher["AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"] == KVS_ENDPOINT
