@@ -71,11 +71,12 @@ class EdgeServer:
             str(path),
             str(SERVER),
             *("--function", str(function), "--upstream", upstream, "--kvs-arn", kvs_arn),
-            *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port)),
+            *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port), "--exit-with-stdin"),
         ]
-        # Our own script with our own arguments; a session of its own so stop() reaches it whole.
+        # Our own script with our own arguments. Its stdin is a pipe only we hold: if this
+        # process dies, however, the pipe closes and the server exits.
         self.process = subprocess.Popen(  # noqa: S603
-            command, stdout=subprocess.PIPE, text=True, start_new_session=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
         self.url, self.kvs_endpoint = self._wait_ready(timeout)
 

@@ -5,7 +5,8 @@
 //   node server.mjs --function edge/press.js --upstream http://127.0.0.1:3000 \
 //        --port 8080 --kvs-port 8081 --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
 //
-// Port 0 picks a free port; the ready line names the ports bound.
+// Port 0 picks a free port; the ready line names the ports bound. --exit-with-stdin ends
+// the server when its stdin closes: a parent that dies, even by SIGKILL, takes it along.
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
@@ -19,6 +20,7 @@ const { values: args } = parseArgs({
     'kvs-port': { type: 'string', default: '0' },
     'kvs-arn': { type: 'string' },
     host: { type: 'string', default: '127.0.0.1' },
+    'exit-with-stdin': { type: 'boolean', default: false },
   },
 });
 for (const name of ['function', 'upstream', 'kvs-arn']) {
@@ -341,11 +343,14 @@ const viewerPort = await listen(viewerServer, args.port);
 const kvsPort = await listen(kvsServer, args['kvs-port']);
 console.log(`edge listening on http://${args.host}:${viewerPort} (kvs http://${args.host}:${kvsPort})`);
 
-for (const signal of ['SIGTERM', 'SIGINT']) {
-  process.on(signal, () => {
-    viewerServer.close();
-    kvsServer.close();
-    agent.destroy();
-    process.exit(0);
-  });
+function stop() {
+  viewerServer.close();
+  kvsServer.close();
+  agent.destroy();
+  process.exit(0);
+}
+for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, stop);
+if (args['exit-with-stdin']) {
+  process.stdin.on('end', stop);
+  process.stdin.resume();
 }
