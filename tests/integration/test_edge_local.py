@@ -51,6 +51,9 @@ class Upstream:
 
     def __init__(self) -> None:
         self.seen: list[Seen] = []
+        # One connection, one request: the next one on it is dropped unanswered, as by a
+        # server that closed the connection while it sat idle in the edge's pool.
+        self.one_per_connection = False
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +64,13 @@ class Upstream:
                     return self._serve
                 raise AttributeError(name)
 
+            served = 0
+
             def _serve(self) -> None:
+                self.served += 1
+                if upstream.one_per_connection and self.served > 1:
+                    self.close_connection = True
+                    return
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -194,6 +203,17 @@ def test_other_routes_are_forwarded_with_their_query_strings_as_sent(
 
     assert [(s.method, s.target) for s in upstream.seen] == [("GET", target) for target in targets]
     assert upstream.seen[0].headers["cookie"] == "session=s1; theme=dark"
+
+
+def test_a_request_on_a_kept_alive_connection_the_upstream_dropped_is_sent_again(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    upstream.one_per_connection = True
+
+    answers = [press(http, edge, voucher_id).status for voucher_id in (1, 2, 3)]
+
+    assert answers == [Upstream.STATUS] * 3
+    assert [s.target for s in upstream.seen] == [f"/voucher-order/seckill/{n}" for n in (1, 2, 3)]
 
 
 def test_a_write_with_a_stale_etag_is_a_conflict_and_changes_nothing(edge: EdgeServer, kvs: Any) -> None:
