@@ -385,13 +385,15 @@ def test_with_the_edge_the_senders_get_the_queue_and_the_publisher_the_local_sto
     assert kvs_environment("http://127.0.0.1:4999").items() <= publisher.items()
 
 
-def test_an_env_vars_file_naming_a_store_turns_the_edge_on_and_its_arn_wins(edge_runner: Any) -> None:
-    other = "arn:aws:cloudfront::000000000000:key-value-store/other"
-    runner = edge_runner(edge=False, parameters={"EDGE_KVS_ARN": other})
+def test_with_the_edge_the_publisher_writes_the_local_store_whatever_the_env_vars_file_names(
+    edge_runner: Any,
+) -> None:
+    """events/env.json gives the publisher a placeholder ARN, for sam local; the local edge's store has its own."""
+    placeholder = "arn:aws:cloudfront::123456789012:key-value-store/00000000-0000-0000-0000-000000000000"
+    runner = edge_runner(edge=True, parameters={"EDGE_KVS_ARN": placeholder, "EDGE_STATE_QUEUE_URL": ""})
 
     sender = runner.environment(runner.function("SenderFunction"))
     publisher = runner.environment(runner.function("PublisherFunction"))
 
     assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
-    assert publisher["EDGE_KVS_ARN"] == other
-    assert publisher["AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"] == KVS_ENDPOINT
+    assert publisher["EDGE_KVS_ARN"] == KVS_ARN
