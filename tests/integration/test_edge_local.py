@@ -178,6 +178,7 @@ def test_a_voucher_still_on_sale_or_unknown_is_forwarded_and_answered_by_the_ups
         ("POST", "/voucher-order/seckill/8", body),
     ]
     assert all(s.headers["authorization"] == TOKEN and s.headers["x-trace"] == "t1" for s in upstream.seen)
+    assert all(s.headers["x-forwarded-for"] == "127.0.0.1" for s in upstream.seen)  # the viewer, as CloudFront adds it
     assert edge.stats().forwarded == 2
 
 

@@ -264,6 +264,10 @@ async function forward(req, res, request) {
   const cookies = Object.entries(request.cookies ?? {}).flatMap(([name, entry]) => values(entry).map((v) => `${name}=${v}`));
   if (cookies.length) headers.cookie = cookies.join('; ');
   headers.host = upstream.host;
+  // CloudFront appends the viewer's address, as a proxy does ("Client IP addresses" in
+  // docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/RequestAndResponseBehaviorCustomOrigin.html).
+  const viewer = req.socket.remoteAddress;
+  headers['x-forwarded-for'] = headers['x-forwarded-for'] ? `${headers['x-forwarded-for']}, ${viewer}` : viewer;
   const body = await readBody(req);
   if (body.length > 0 || 'content-length' in headers) headers['content-length'] = String(body.length);
   const options = {
