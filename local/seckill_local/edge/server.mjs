@@ -30,8 +30,8 @@ for (const name of ['function', 'upstream', 'kvs-arn']) {
   }
 }
 
-// CloudFront's documented limits on a key value store: key 512 bytes, value 1 KB,
-// the whole store 5 MB.
+// CloudFront's documented sizes (kvs-with-functions-create-s3-kvp.html): a key of 512,
+// a value of 1,024 (characters there, bytes here: the same for ASCII), a store of 5 MB.
 const MAX_KEY_BYTES = 512;
 const MAX_VALUE_BYTES = 1024;
 const MAX_STORE_BYTES = 5 * 1024 * 1024;
