@@ -33,7 +33,7 @@ INSTALLS = {
     ],
 }
 # The commands each install brings, as its distributions declare them.
-OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate"}
+OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate", "seckill-capacity"}
 LOCAL = {"seckill-local", "seckill-tokens", "seckill-openapi"}
 COMMANDS = {
     "product": set(),
