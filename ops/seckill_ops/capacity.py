@@ -961,9 +961,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--" + name.replace("_", "-"),
             type=_non_negative,
             default=a.value,
-            help=f"{a.unit} (default %(default)s: {a.origin})".replace("%", "%%").replace(
-                "%%(default)s", "%(default)s"
-            ),
+            help=f"{a.unit} (default %(default)s: {a.origin})",
         )
     parser.add_argument(
         "--persister-concurrency",
@@ -995,7 +993,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     if args.burst_seconds > args.seconds:
         err.print("--burst-seconds cannot exceed --seconds")
         return 2
@@ -1034,7 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             err.print("--plot needs matplotlib: pip install 'seckill-ops[plot]'")
             return 2
-    out = Console(width=200, soft_wrap=True)
+    out = Console(width=320, soft_wrap=True)  # wide: a wrapped Markdown row is no longer one
     if args.json:
         print(json.dumps(to_json(profile, scenarios), indent=2))
     else:
