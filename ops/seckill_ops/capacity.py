@@ -308,6 +308,8 @@ class Profile:
     edge_share: float | None = None  # None: derived from the profile
     edge_share_origin: str = ""
     reduced_region: bool = False
+    apigw_rps: float | None = None  # a raised quota; None: the published default
+    cloudfront_rps: float | None = None
     bot_control: bool = False
     accepted_ms: float = _a("accepted_ms")
     refused_ms: float = _a("refused_ms")
@@ -447,7 +449,8 @@ def model(profile: Profile, edge: bool) -> Scenario:
     cut = p.cumulative(p.edge_from()) if edge else float(n)
     forwarded = [max(0.0, min(p.cumulative(i + 1), cut) - p.cumulative(i)) for i in seconds]
 
-    rate = _f("apigw_rps_reduced" if p.reduced_region else "apigw_rps")
+    rate = p.apigw_rps or _f("apigw_rps_reduced" if p.reduced_region else "apigw_rps")
+    cloudfront = p.cloudfront_rps or _f("cloudfront_rps")
     burst = _f("apigw_burst_reduced" if p.reduced_region else "apigw_burst")
     admitted = _throttle(forwarded, rate, burst)
     api_in, api_ok = sum(forwarded), sum(admitted)
@@ -522,9 +525,9 @@ def model(profile: Profile, edge: bool) -> Scenario:
             Check(
                 "CloudFront",
                 "requests/s per distribution",
-                _f("cloudfront_rps"),
+                cloudfront,
                 max(arrived),
-                _first_over(arrived, _f("cloudfront_rps")),
+                _first_over(arrived, cloudfront),
             )
         )
     checks += [
@@ -737,6 +740,19 @@ LAYERS = [  # (count key, label) in the order of the path
 ]
 
 
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", box=box.MARKDOWN)
+
+
+def _emit(out: Console, table: Table) -> None:
+    """A table as Markdown, without the blank padded lines around it."""
+    with out.capture() as captured:
+        out.print(table)
+    out.print(
+        "\n".join(line.rstrip() for line in captured.get().splitlines() if line.strip()), markup=False, highlight=False
+    )
+
+
 def _money(d: float) -> str:
     return f"${d:,.4f}" if d < 1 else f"${d:,.2f}"
 
@@ -755,15 +771,15 @@ def render(profile: Profile, scenarios: list[Scenario], out: Console) -> None:
     for s in scenarios:
         for note in s.notes:
             out.print(f"{s.name}: {note}")
-    counts = Table(title="Requests per layer", box=box.MARKDOWN)
+    counts = _table("Requests per layer")
     counts.add_column("layer")
     for s in scenarios:
         counts.add_column(s.name, justify="right")
     for key, label in LAYERS:
         counts.add_row(label, *(f"{s.counts[key]:,.0f}" for s in scenarios))
-    out.print(counts)
+    _emit(out, counts)
 
-    checks = Table(title="Peak demand against each quota", box=box.MARKDOWN)
+    checks = _table("Peak demand against each quota")
     for column in ("scenario", "layer", "quota", "limit", "peak", "first over", "note"):
         checks.add_column(column)
     for s in scenarios:
@@ -777,7 +793,7 @@ def render(profile: Profile, scenarios: list[Scenario], out: Console) -> None:
                 "-" if c.exceeded_at is None else f"second {c.exceeded_at}",
                 c.note,
             )
-    out.print(checks)
+    _emit(out, checks)
     for s in scenarios:
         wall = s.first_wall()
         if wall is None:
@@ -789,7 +805,7 @@ def render(profile: Profile, scenarios: list[Scenario], out: Console) -> None:
                 f"(peak {wall.peak:,.0f}, {over} the limit)."
             )
 
-    costs = Table(title="Dollars per sale (no free tier)", box=box.MARKDOWN)
+    costs = _table("Dollars per sale (no free tier)")
     for column in ("scenario", "layer", "item", "quantity", "price", "USD", "USD per million presses"):
         costs.add_column(column)
     for s in scenarios:
@@ -814,23 +830,23 @@ def render(profile: Profile, scenarios: list[Scenario], out: Console) -> None:
                 _money(line.dollars),
                 "",
             )
-    out.print(costs)
+    _emit(out, costs)
     out.print("* the value is not confirmed on AWS's own page (see seckill-capacity --sources)")
 
 
 def render_sources(out: Console) -> None:
-    figures = Table(title=f"AWS figures (pages read {READ})", box=box.MARKDOWN)
+    figures = _table(f"AWS figures (pages read {READ})")
     for column in ("name", "value", "unit", "source", "checked"):
         figures.add_column(column)
     for f in FIGURES.values():
         figures.add_row(f.name, f"{f.value:g}", f.unit, f.source, "yes" if f.checked else f"no: {f.note}")
-    out.print(figures)
-    assumptions = Table(title="Other inputs (each a flag or the template's default)", box=box.MARKDOWN)
+    _emit(out, figures)
+    assumptions = _table("Other inputs (each a flag or the template's default)")
     for column in ("name", "value", "unit", "origin"):
         assumptions.add_column(column)
     for a in ASSUMPTIONS.values():
         assumptions.add_row(a.name, f"{a.value:g}", a.unit, a.origin)
-    out.print(assumptions)
+    _emit(out, assumptions)
 
 
 def _wall_json(wall: Check | None) -> dict[str, Any] | None:
@@ -882,8 +898,10 @@ def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
             if any(s.per_second[key]):
                 ax.step(seconds, s.per_second[key], where="post", label=label)
         if s.edge:
-            ax.axhline(_f("cloudfront_rps"), linestyle="--", color="grey", label="CloudFront quota")
-        apigw = _f("apigw_rps_reduced" if profile.reduced_region else "apigw_rps")
+            ax.axhline(
+                profile.cloudfront_rps or _f("cloudfront_rps"), linestyle="--", color="grey", label="CloudFront quota"
+            )
+        apigw = profile.apigw_rps or _f("apigw_rps_reduced" if profile.reduced_region else "apigw_rps")
         ax.axhline(apigw, linestyle=":", color="black", label="API Gateway quota")
         ax.set_yscale("symlog", linthresh=100)
         ax.set_title(s.name)
@@ -954,6 +972,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="standard",
         help="API Gateway's account quota: standard 10,000/s burst 5,000, or the 13 newer Regions' 2,500/s burst 1,250",
     )
+    parser.add_argument(
+        "--apigw-rps",
+        type=_positive_int,
+        help="API Gateway's account quota raised to this many requests/s (it can be raised; the burst stays)",
+    )
+    parser.add_argument(
+        "--cloudfront-rps",
+        type=_positive_int,
+        help="CloudFront's per-distribution quota raised to this many requests/s",
+    )
     parser.add_argument("--bot-control", action="store_true", help="price WAF Bot Control (common level) too")
     for name in ("accepted_ms", "refused_ms", "authorizer_ms", "persister_ms"):
         a = ASSUMPTIONS[name]
@@ -1006,6 +1034,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         burst_seconds=args.burst_seconds,
         propagation_seconds=args.propagation_seconds,
         reduced_region=args.region_burst == "reduced",
+        apigw_rps=args.apigw_rps,
+        cloudfront_rps=args.cloudfront_rps,
         bot_control=args.bot_control,
         accepted_ms=args.accepted_ms,
         refused_ms=args.refused_ms,
@@ -1032,7 +1062,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             err.print("--plot needs matplotlib: pip install 'seckill-ops[plot]'")
             return 2
-    out = Console(width=320, soft_wrap=True)  # wide: a wrapped Markdown row is no longer one
+    out = Console(width=1000, soft_wrap=True)  # wide: a wrapped Markdown row is no longer one
     if args.json:
         print(json.dumps(to_json(profile, scenarios), indent=2))
     else:

@@ -116,10 +116,13 @@ def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
 def test_every_figure_has_its_aws_page_and_every_input_its_origin() -> None:
     for f in FIGURES.values():
         assert f.source.startswith(("https://docs.aws.amazon.com/", "https://aws.amazon.com/")), f.name
-        assert f.read and f.unit and f.value > 0, f.name
+        assert f.read, f.name
+        assert f.unit, f.name
+        assert f.value > 0, f.name
         assert f.checked or f.note, f"{f.name}: an unconfirmed value says why"
     for a in ASSUMPTIONS.values():
-        assert a.origin and a.unit, a.name
+        assert a.origin, a.name
+        assert a.unit, a.name
     # Every price a cost line uses is in the table.
     scenario = model(Profile(users=10, presses=1, stock=1, seconds=1, bot_control=True), edge=True)
     assert {c.price for c in scenario.costs + scenario.monthly} <= set(FIGURES)
