@@ -1021,7 +1021,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
     if args.burst_seconds > args.seconds:
         err.print("--burst-seconds cannot exceed --seconds")
         return 2

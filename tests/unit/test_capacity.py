@@ -134,6 +134,14 @@ def test_docs_capacity_cites_every_figure_s_page() -> None:
     assert not missing
 
 
+def test_docs_capacity_shows_the_command_s_current_output(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (ROOT / "docs" / "capacity.md").read_text(encoding="utf-8")
+    command = "$ seckill-capacity --users 1000000 --presses 3 --stock 200 --seconds 10\n"
+    pasted = page.split(command, 1)[1].split("\n```", 1)[0]
+    assert main(command.split()[2:]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == pasted, "rerun the command and paste its output"
+
+
 def test_main_prints_both_scenarios_and_the_walls(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--users", "1000", "--stock", "10"]) == 0
     out = capsys.readouterr().out
