@@ -112,8 +112,7 @@ FIGURES: dict[str, Figure] = {
             1_000_000,
             "requests/s per node (r7g.4xlarge, Redis 7.1, simple commands)",
             "https://aws.amazon.com/blogs/database/achieve-over-500-million-requests-per-second-per-cluster-with-amazon-elasticache-for-redis-7-1/",
-            checked=False,
-            note="from the team's notes on this post; not the template's default cache.t4g.micro",
+            note="a large node's figure, not the template's default cache.t4g.micro",
         ),
         Figure(
             "price_lambda_request",
@@ -227,6 +226,12 @@ ASSUMPTIONS: dict[str, Assumption] = {
             "s",
             "assumed: sell-out to the edge answering (EdgeStateQueue, the publisher, KeyValueStore "
             "propagation); no AWS figure found",
+        ),
+        Assumption(
+            "edge_skew_seconds",
+            1,
+            "s",
+            "edge/press.js: SKEW_MS, the edge forwards every press until 1 s after the start",
         ),
         Assumption(
             "accepted_ms",
@@ -352,11 +357,14 @@ class Profile:
         return self.when(self.accepted * self.presses)
 
     def edge_from(self) -> float:
-        """When the edge starts answering: after the last forwarded press."""
+        """When the edge starts answering: once the sold-out state has reached it, and never
+        within its clock skew of the start (it forwards those presses to the gate)."""
         if self.edge_share is not None:
             return self.when((1 - self.edge_share) * self.total)
         sold_out = self.sold_out_at()
-        return float(self.seconds) if sold_out is None else min(sold_out + self.propagation_seconds, self.seconds)
+        if sold_out is None:
+            return float(self.seconds)
+        return min(max(sold_out + self.propagation_seconds, _a("edge_skew_seconds")), float(self.seconds))
 
     def share_at_edge(self) -> float:
         if self.edge_share is not None:
@@ -369,8 +377,8 @@ def derived_origin(profile: Profile) -> str:
     if sold_out is None:
         return "derived: the stock never sells out, so the edge answers nothing"
     return (
-        f"derived: presses after sell-out ({sold_out:.3f} s) plus {profile.propagation_seconds:g} s "
-        "of propagation, over all presses"
+        f"derived: the presses after {profile.edge_from():g} s (sell-out at {sold_out:.4f} s plus "
+        f"{profile.propagation_seconds:g} s of propagation, at least {_a('edge_skew_seconds'):g} s), over all presses"
     )
 
 

@@ -73,15 +73,22 @@ def test_the_million_user_sale_meets_api_gateway_without_the_edge_and_cloudfront
     assert (wall.layer, wall.exceeded_at) == ("CloudFront", 0)  # 1.5 million a second against 250,000
 
 
-def test_the_edge_moves_the_wall_off_the_api_when_it_answers_from_the_start() -> None:
-    # 100,000 users: 150,000 presses in the first second, under CloudFront's 250,000.
-    sale = Profile(users=100_000, presses=3, stock=200, seconds=10, propagation_seconds=0)
+def test_the_edge_moves_the_wall_off_the_api_once_it_knows_the_sale_is_over() -> None:
+    # 100,000 users, 4% of their 300,000 presses in the first second (12,000: under 10,000 plus
+    # the 5,000 burst), then 32,000 a second: API Gateway's wall is in second 1.
+    sale = Profile(users=100_000, presses=3, stock=200, seconds=10, burst_share=0.04, propagation_seconds=0)
     wall = model(sale, edge=False).first_wall()
     assert wall is not None
-    assert wall.layer == "API Gateway"
+    assert (wall.layer, wall.exceeded_at) == ("API Gateway", 1)
+    # The edge forwards the first second whatever it knows (its clock skew), then answers the rest.
+    assert sale.edge_from() == 1
     with_edge = model(sale, edge=True)
     assert with_edge.first_wall() is None
-    assert with_edge.counts["apigw_requests"] == pytest.approx(600)  # the presses before sell-out
+    assert with_edge.counts["apigw_requests"] == pytest.approx(12_000)
+
+
+def test_the_edge_never_answers_within_its_skew_of_the_start() -> None:
+    assert replace(SMALL, propagation_seconds=0).edge_from() == 1
 
 
 def test_the_reduced_regions_throttle_sooner() -> None:
