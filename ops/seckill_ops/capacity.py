@@ -886,6 +886,15 @@ def to_json(profile: Profile, scenarios: list[Scenario]) -> dict[str, Any]:
     }
 
 
+PLOTTED = [  # per_second key, label: one colour each in every panel
+    ("cloudfront", "CloudFront"),
+    ("apigw", "API Gateway (asked)"),
+    ("api_admitted", "SeckillApiFunction"),
+    ("authorizer", "authorizer"),
+    ("redis_commands", "ElastiCache commands"),
+]
+
+
 def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
     """Requests per second per layer over the sale, one panel per scenario, quotas drawn."""
     import matplotlib  # an optional dependency: seckill-ops[plot]
@@ -894,23 +903,19 @@ def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios), 4.5), sharey=True, squeeze=False)
-    seconds = list(range(profile.seconds))
+    # The edges of each second, the last value repeated so the last second is drawn too.
+    edges = list(range(profile.seconds + 1))
     for ax, s in zip(axes[0], scenarios, strict=True):
-        for key, label in (
-            ("cloudfront", "CloudFront"),
-            ("apigw", "API Gateway (asked)"),
-            ("api_admitted", "SeckillApiFunction"),
-            ("authorizer", "authorizer"),
-            ("redis_commands", "ElastiCache commands"),
-        ):
-            if any(s.per_second[key]):
-                ax.step(seconds, s.per_second[key], where="post", label=label)
+        for (key, label), color in zip(PLOTTED, ("C0", "C1", "C2", "C3", "C4"), strict=True):
+            values = s.per_second[key]
+            if any(values):
+                ax.step(edges, [*values, values[-1]], where="post", label=label, color=color)
         if s.edge:
             ax.axhline(
-                profile.cloudfront_rps or _f("cloudfront_rps"), linestyle="--", color="grey", label="CloudFront quota"
+                profile.cloudfront_rps or _f("cloudfront_rps"), linestyle="--", color="C0", label="CloudFront quota"
             )
         apigw = profile.apigw_rps or _f("apigw_rps_reduced" if profile.reduced_region else "apigw_rps")
-        ax.axhline(apigw, linestyle=":", color="black", label="API Gateway quota")
+        ax.axhline(apigw, linestyle=":", color="C1", label="API Gateway quota")
         ax.set_yscale("symlog", linthresh=100)
         ax.set_title(s.name)
         ax.set_xlabel("second of the sale")
