@@ -41,7 +41,8 @@ class Figure:
 
 
 _CF_PRICING = "https://aws.amazon.com/cloudfront/pricing/"
-_WAF_PRICING = "https://aws.amazon.com/waf/pricing/"
+# AWS's own WAF guide prices its examples at the rates of https://aws.amazon.com/waf/pricing/.
+_WAF_COST = "https://aws.github.io/aws-security-services-best-practices/guides/waf/waf-cost/docs/"
 _SECONDARY = "value read in a third-party copy of this page; check it on the page"
 
 FIGURES: dict[str, Figure] = {
@@ -162,31 +163,25 @@ FIGURES: dict[str, Figure] = {
             "USD per GB out to the internet (first 10 TB, United States, Mexico, Canada)",
             _CF_PRICING,
         ),
-        Figure("price_waf_acl", 5.00, "USD per web ACL per month", _WAF_PRICING, checked=False, note=_SECONDARY),
-        Figure("price_waf_rule", 1.00, "USD per rule per month", _WAF_PRICING, checked=False, note=_SECONDARY),
+        Figure("price_waf_acl", 5.00, "USD per web ACL per month", _WAF_COST),
+        Figure("price_waf_rule", 1.00, "USD per rule per month", _WAF_COST),
         Figure(
             "price_waf_request",
             0.60,
             "USD per million requests inspected",
-            _WAF_PRICING,
-            checked=False,
-            note=_SECONDARY,
+            _WAF_COST,
         ),
         Figure(
             "price_bot_control_month",
             10.00,
             "USD per month (Bot Control, common level)",
-            _WAF_PRICING,
-            checked=False,
-            note=_SECONDARY,
+            _WAF_COST,
         ),
         Figure(
             "price_bot_control_request",
             1.00,
             "USD per million requests (Bot Control, common level)",
-            _WAF_PRICING,
-            checked=False,
-            note=_SECONDARY,
+            _WAF_COST,
         ),
         Figure(
             "price_sqs_request",
@@ -713,7 +708,7 @@ def _costs(p: Profile, edge: bool, c: dict[str, float]) -> tuple[list[Cost], lis
     ]
     monthly = []
     if edge:
-        rules = _a("waf_rules")
+        rules = _a("waf_rules") + (1 if p.bot_control else 0)  # Bot Control's rule group counts as a rule too
         monthly += [
             Cost("WAF", "web ACL", 1, "web ACL", "price_waf_acl", _f("price_waf_acl")),
             Cost("WAF", "rules", rules, "rules", "price_waf_rule", rules * _f("price_waf_rule")),

@@ -118,11 +118,18 @@ def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
     assert edge_lines["WAF", "requests inspected"] == pytest.approx(3_000 / 1e6 * 0.60)
     assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(5 + 2 * 1)
     assert not without.monthly
+    # Bot Control: its subscription, one more rule, and its fee on every request.
+    bot = model(replace(SMALL, bot_control=True), edge=True)
+    assert sum(c.dollars for c in bot.monthly) == pytest.approx(5 + 3 * 1 + 10)
+    assert bot.total_dollars - with_edge.total_dollars == pytest.approx(3_000 / 1e6 * 1.00)
 
 
 def test_every_figure_has_its_aws_page_and_every_input_its_origin() -> None:
     for f in FIGURES.values():
-        assert f.source.startswith(("https://docs.aws.amazon.com/", "https://aws.amazon.com/")), f.name
+        # AWS's documentation, its pages and posts, or its own guides on aws.github.io.
+        assert f.source.startswith(
+            ("https://docs.aws.amazon.com/", "https://aws.amazon.com/", "https://aws.github.io/")
+        ), f.name
         assert f.read, f.name
         assert f.unit, f.name
         assert f.value > 0, f.name
