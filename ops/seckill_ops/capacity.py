@@ -521,7 +521,7 @@ def model(profile: Profile, edge: bool) -> Scenario:
         "lambda_concurrency": total_conc,
         "redis_commands": redis_ps,
     }
-    drain = persister / p.persister_concurrency * p.persister_ms / 1000
+    drain = _drain_seconds(persister, p.persister_concurrency, p.persister_ms / 1000)
     checks = []
     if edge:
         checks.append(
@@ -566,9 +566,9 @@ def model(profile: Profile, edge: bool) -> Scenario:
         ),
         Check(
             "SQS -> persister",
-            f"MaximumConcurrency {p.persister_concurrency} (pollers start at {_f('sqs_pollers_start'):.0f})",
+            f"MaximumConcurrency {p.persister_concurrency} (pollers: 5, then +300 a minute, at most 1,000)",
             float(p.persister_concurrency),
-            min(float(persister), float(p.persister_concurrency)),
+            min(float(persister), float(_pollers(0, p.persister_concurrency))),
             None,
             f"{persister} batches drain in {drain:.2f} s; a bound on the drain, never on a press",
         ),
@@ -596,6 +596,24 @@ def model(profile: Profile, edge: bool) -> Scenario:
     if edge:
         scenario.notes.append(f"edge share {share:.4f} ({p.edge_share_origin or derived_origin(p)})")
     return scenario
+
+
+def _pollers(second: float, maximum: int) -> int:
+    """Concurrent batches Lambda reads from SQS ``second`` s after messages appear."""
+    grown = _f("sqs_pollers_start") + _f("sqs_pollers_per_minute") * (second // 60)
+    return int(min(grown, _f("sqs_pollers_max"), maximum))
+
+
+def _drain_seconds(batches: int, maximum: int, batch_s: float) -> float:
+    """How long the persister takes over ``batches`` batches, its pollers growing as Lambda adds them."""
+    left, t = float(batches), 0.0
+    while left > 0:
+        per_minute = _pollers(t, maximum) * 60 / batch_s
+        if left <= per_minute:
+            return t + left / per_minute * 60
+        left -= per_minute
+        t += 60
+    return t
 
 
 def _first(count: float, admitted: list[float]) -> list[float]:

@@ -102,6 +102,17 @@ def test_the_reduced_regions_throttle_sooner() -> None:
     assert reduced.counts["apigw_throttled"] == pytest.approx(4_500 - 3_750)
 
 
+def test_the_persister_drains_as_lambda_adds_pollers() -> None:
+    # 5 pollers the first minute whatever MaximumConcurrency allows, then 305.
+    assert capacity._pollers(0, 1_000) == 5
+    assert capacity._pollers(60, 1_000) == 305
+    assert capacity._pollers(600, 1_000) == 1_000
+    assert capacity._pollers(600, 5) == 5
+    # 1 s batches: 300 batches in the first minute, the next 305 in 1 s.
+    assert capacity._drain_seconds(605, 1_000, 1.0) == pytest.approx(61)
+    assert capacity._drain_seconds(20, 5, 0.5) == pytest.approx(2)
+
+
 def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
     without, with_edge = model(SMALL, edge=False), model(SMALL, edge=True)
     for s in (without, with_edge):
