@@ -505,7 +505,7 @@ def model(profile: Profile, edge: bool) -> Scenario:
         (acc * p.accepted_ms + ref * p.refused_ms) / 1000 for acc, ref in zip(accepted_ps, refused_ps, strict=True)
     ]
     auth_conc = [a * p.authorizer_ms / 1000 for a in auth_ps]
-    persister_conc = [min(float(p.persister_concurrency), float(persister))] + [0.0] * (p.seconds - 1)
+    persister_conc = [float(min(_pollers(0, p.persister_concurrency), persister))] + [0.0] * (p.seconds - 1)
     redis_ps = [
         acc * _a("redis_per_accepted") + ref * _a("redis_per_refused") + au * _a("redis_per_authorizer")
         for acc, ref, au in zip(accepted_ps, refused_ps, auth_ps, strict=True)
