@@ -1,141 +1,141 @@
-"""EdgePublisherFunction and seckill.edge.publisher against the cloudfront-keyvaluestore API.
-
-AWS has no local KeyValueStore, and the repository's stand-in is not on this branch
-yet: the API's answers come from botocore's Stubber, which checks every request
-against the service's own model (operations, parameters, the If-Match header's
-member) but runs none of the store's logic; the version and conflict rules tested
-here are the publisher's. Signing is checked apart, on a real client: SigV4A.
-"""
+"""EdgePublisherFunction and seckill.edge.publisher on the local KeyValueStore stand-in
+(local/seckill_local/edge/server.mjs), through boto3's own cloudfront-keyvaluestore
+client, signed as in AWS: versions, If-Match, conflicts made by real concurrent writes."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.config import Config
 
 from seckill.edge.publisher import Published, Publisher, StoreBusy, kvs_client
 from seckill.edge.state import EdgeState
 from seckill_local.checkout import ROOT
+from seckill_local.edge import KVS_ENDPOINT, EdgeServer
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Function
-from tests.helpers import invoke, load_event, sqs_record
+from tests.helpers import closed_port, invoke, load_event, sqs_record
 
-ARN = "arn:aws:cloudfront::123456789012:key-value-store/0f7c3a2e-1b2d-4c5e-8f90-a1b2c3d4e5f6"
-CREATED = datetime(2026, 11, 30, tzinfo=UTC)
 STATE = EdgeState(7, v=1_796_040_000_500, begin=1_796_040_000_000, end=1_796_043_600_000, sold_out=True, stopped=False)
 
 
 @pytest.fixture
-def kvs() -> Any:
-    return boto3.client("cloudfront-keyvaluestore", region_name="us-east-1")
+def edge() -> Iterator[EdgeServer]:
+    # Only the store is used: no press goes to the viewer side, so nothing reaches the upstream.
+    with EdgeServer(f"http://127.0.0.1:{closed_port()}") as server:
+        yield server
 
 
 @pytest.fixture
-def store(kvs: Any) -> Iterator[Stubber]:
-    with Stubber(kvs) as stub:
-        yield stub
-        stub.assert_no_pending_responses()
+def environment(edge: EdgeServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The variables the local runner gives EdgePublisherFunction, set for the test."""
+    env = edge.environment()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
 
 
-def described(store: Stubber, etag: str) -> None:
-    store.add_response(
-        "describe_key_value_store",
-        {"ItemCount": 1, "TotalSizeInBytes": 100, "KvsARN": ARN, "Created": CREATED, "ETag": etag},
-        {"KvsARN": ARN},
+@pytest.fixture
+def kvs(environment: dict[str, str]) -> Any:
+    """The publisher's own client (kvs_client), under the runner's environment."""
+    return kvs_client()
+
+
+@pytest.fixture
+def other(edge: EdgeServer) -> Any:
+    """Another writer of the same store (another publisher, an operator)."""
+    return boto3.client(
+        "cloudfront-keyvaluestore",
+        endpoint_url=KVS_ENDPOINT,
+        region_name="us-east-1",
+        config=Config(proxies={"http": edge.kvs_endpoint}, retries={"max_attempts": 1}),
     )
 
 
-def holds(store: Stubber, value: str | None, key: str = "7") -> None:
-    if value is None:
-        store.add_client_error("get_key", "ResourceNotFoundException", http_status_code=404)
-    else:
-        store.add_response("get_key", {"Key": key, "Value": value, "ItemCount": 1, "TotalSizeInBytes": 100})
+def write(client: Any, arn: str, key: str, value: str) -> None:
+    etag = client.describe_key_value_store(KvsARN=arn)["ETag"]
+    client.put_key(KvsARN=arn, Key=key, Value=value, IfMatch=etag)
 
 
-def put(store: Stubber, etag: str, state: EdgeState = STATE, conflict: bool = False) -> None:
-    expected = {"KvsARN": ARN, "Key": state.key, "Value": state.value(), "IfMatch": etag}
-    if conflict:
-        store.add_client_error("put_key", "ConflictException", http_status_code=409, expected_params=expected)
-    else:
-        store.add_response("put_key", {"ItemCount": 1, "TotalSizeInBytes": 100, "ETag": f"{etag}+"}, expected)
+def stored(client: Any, arn: str, key: str = STATE.key) -> str:
+    value: str = client.get_key(KvsARN=arn, Key=key)["Value"]
+    return value
 
 
-def older(v: int) -> str:
-    return EdgeState(7, v, 0, 0, False, True).value()
+def at(v: int, **changes: Any) -> EdgeState:
+    return replace(STATE, v=v, **changes)
 
 
-def test_writes_a_key_the_store_lacks(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    holds(store, None)
-    put(store, "E1")
-    assert Publisher(kvs, ARN).publish(STATE) is Published.WRITTEN
+def before_each_put(client: Any, action: Callable[[], None], times: int) -> None:
+    """Run ``action`` just before the client's next ``times`` PutKey calls are sent,
+    after their ETag was read: a concurrent write exactly where one can hurt."""
+    left = [times]
+
+    def hook(**_: Any) -> None:
+        if left[0]:
+            left[0] -= 1
+            action()
+
+    client.meta.events.register("before-call.cloudfront-keyvaluestore.PutKey", hook)
 
 
-def test_writes_over_an_older_version(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    holds(store, older(STATE.v - 1))
-    put(store, "E1")
-    assert Publisher(kvs, ARN).publish(STATE) is Published.WRITTEN
+def test_writes_a_key_the_store_lacks(edge: EdgeServer, kvs: Any) -> None:
+    assert Publisher(kvs, edge.kvs_arn).publish(STATE) is Published.WRITTEN
+    assert stored(kvs, edge.kvs_arn) == STATE.value()
 
 
-@pytest.mark.parametrize("stored", [STATE.v, STATE.v + 1])
-def test_never_writes_over_the_same_or_a_newer_version(kvs: Any, store: Stubber, stored: int) -> None:
-    described(store, "E1")
-    holds(store, older(stored))
-    assert Publisher(kvs, ARN).publish(STATE) is Published.STALE  # no put_key queued: one would fail
+def test_only_a_newer_version_replaces_the_stored_one(edge: EdgeServer, kvs: Any) -> None:
+    publisher = Publisher(kvs, edge.kvs_arn)
+    assert publisher.publish(at(5, sold_out=False)) is Published.WRITTEN
+    assert publisher.publish(at(6)) is Published.WRITTEN
+    assert publisher.publish(at(6, sold_out=False)) is Published.STALE  # the same version: a duplicate
+    assert publisher.publish(at(4, sold_out=False)) is Published.STALE  # late
+    assert stored(kvs, edge.kvs_arn) == at(6).value()
 
 
-def test_replaces_a_value_that_is_no_state(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    holds(store, "maintenance")
-    put(store, "E1")
-    assert Publisher(kvs, ARN).publish(STATE) is Published.WRITTEN
+def test_replaces_a_value_that_is_no_state(edge: EdgeServer, kvs: Any) -> None:
+    write(kvs, edge.kvs_arn, STATE.key, "maintenance")
+    assert Publisher(kvs, edge.kvs_arn).publish(STATE) is Published.WRITTEN
+    assert stored(kvs, edge.kvs_arn) == STATE.value()
 
 
-def test_a_conflict_reads_again_and_retries(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    holds(store, older(1))
-    put(store, "E1", conflict=True)  # another key was written meanwhile
-    described(store, "E2")
-    holds(store, older(1))
-    put(store, "E2")
+def test_a_conflict_reads_again_and_retries(edge: EdgeServer, kvs: Any, other: Any) -> None:
+    before_each_put(kvs, lambda: write(other, edge.kvs_arn, "8", at(1).value()), times=1)
     waits: list[float] = []
-    assert Publisher(kvs, ARN, sleep=waits.append).publish(STATE) is Published.WRITTEN
+    assert Publisher(kvs, edge.kvs_arn, sleep=waits.append).publish(STATE) is Published.WRITTEN
     assert len(waits) == 1
+    assert stored(kvs, edge.kvs_arn) == STATE.value()
+    assert stored(kvs, edge.kvs_arn, "8") == at(1).value()  # the other write stands
 
 
-def test_a_conflict_with_a_newer_state_stops(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    holds(store, older(1))
-    put(store, "E1", conflict=True)  # this very key, by a newer state
-    described(store, "E2")
-    holds(store, older(STATE.v + 1))
-    assert Publisher(kvs, ARN, sleep=lambda _: None).publish(STATE) is Published.STALE
+def test_a_conflict_with_a_newer_state_of_the_key_stops(edge: EdgeServer, kvs: Any, other: Any) -> None:
+    newer = at(STATE.v + 1, sold_out=False)
+    before_each_put(kvs, lambda: write(other, edge.kvs_arn, STATE.key, newer.value()), times=1)
+    assert Publisher(kvs, edge.kvs_arn, sleep=lambda _: None).publish(STATE) is Published.STALE
+    assert stored(kvs, edge.kvs_arn) == newer.value()
 
 
-def test_conflicts_without_end_fail_the_record(kvs: Any, store: Stubber) -> None:
-    for attempt in range(3):
-        described(store, f"E{attempt}")
-        holds(store, None)
-        put(store, f"E{attempt}", conflict=True)
+def test_conflicts_without_end_fail_the_record(edge: EdgeServer, kvs: Any, other: Any) -> None:
+    before_each_put(kvs, lambda: write(other, edge.kvs_arn, "8", at(1).value()), times=3)
     waits: list[float] = []
     with pytest.raises(StoreBusy):
-        Publisher(kvs, ARN, attempts=3, sleep=waits.append).publish(STATE)
+        Publisher(kvs, edge.kvs_arn, attempts=3, sleep=waits.append).publish(STATE)
     assert len(waits) == 2
     assert all(0 <= w <= 0.05 * 2**i for i, w in enumerate(waits))  # jittered, bounded
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        stored(kvs, edge.kvs_arn)
 
 
-def test_other_errors_are_raised(kvs: Any, store: Stubber) -> None:
-    described(store, "E1")
-    store.add_client_error("get_key", "AccessDeniedException", http_status_code=403)
-    with pytest.raises(kvs.exceptions.AccessDeniedException):
-        Publisher(kvs, ARN).publish(STATE)
+def test_other_errors_are_raised(edge: EdgeServer, kvs: Any) -> None:
+    unknown = edge.kvs_arn.replace("seckill-local", "no-such-store")
+    with pytest.raises(kvs.exceptions.ClientError):
+        Publisher(kvs, unknown).publish(STATE)
 
 
 class Signed(Exception):
@@ -154,7 +154,7 @@ def test_the_client_signs_with_sigv4a(monkeypatch: pytest.MonkeyPatch) -> None:
 
     client.meta.events.register("before-send.cloudfront-keyvaluestore", capture)
     with pytest.raises(Signed):
-        client.describe_key_value_store(KvsARN=ARN)
+        client.describe_key_value_store(KvsARN="arn:aws:cloudfront::123456789012:key-value-store/x")
     (request,) = seen
     assert request.headers["Authorization"].startswith(b"AWS4-ECDSA-P256-SHA256 ")
     assert request.headers["X-Amz-Region-Set"] == b"*"
@@ -162,28 +162,26 @@ def test_the_client_signs_with_sigv4a(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def publisher_fn(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """EdgePublisherFunction's module, imported as the runtime would (its template
-    resource is the stack's; the code is all this needs)."""
+def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """EdgePublisherFunction's module, imported as the runtime would, on the local store
+    (its template resource is the stack's; the code is all this needs)."""
     fn = Function("EdgePublisherFunction", ROOT / "functions" / "edge_publisher", "app.lambda_handler", 30, {})
     with monkeypatch.context() as patch:
-        patch.setenv("EDGE_KVS_ARN", ARN)
         patch.setattr(sys, "modules", dict(sys.modules))
         handler = load_handler(fn)
         return sys.modules[handler.__module__]
 
 
-def test_handler_writes_each_record_and_fails_the_malformed(publisher_fn: ModuleType, context: Any) -> None:
+def test_handler_writes_the_newest_and_fails_the_malformed(
+    publisher_fn: ModuleType, edge: EdgeServer, kvs: Any, context: Any
+) -> None:
     sample = "edge_state_batch.json"
-    newer, older_one = (r["body"] for r in load_event(sample)["Records"])
-    assert EdgeState.from_message(newer).v > EdgeState.from_message(older_one).v
-    with Stubber(publisher_fn.publisher.kvs) as stub:
-        described(stub, "E1")
-        holds(stub, None, key="1")
-        put(stub, "E1", EdgeState.from_message(newer))
-        described(stub, "E2")
-        holds(stub, newer.split(',"voucherId"')[0] + "}", key="1")  # the newer one, stored just now
-        bad = sqs_record('{"v": 1, "voucherId": 1}', sample, "bad")
-        failed = invoke(publisher_fn, context, sample, sqs_record(newer, sample), sqs_record(older_one, sample), bad)
-        stub.assert_no_pending_responses()
-    assert failed == {"bad"}
+    newer, older = (r["body"] for r in load_event(sample)["Records"])
+    assert EdgeState.from_message(newer).v > EdgeState.from_message(older).v
+    records = [
+        sqs_record(newer, sample),
+        sqs_record(older, sample),
+        sqs_record('{"v": 1, "voucherId": 1}', sample, "bad"),
+    ]
+    assert invoke(publisher_fn, context, sample, *records) == {"bad"}
+    assert stored(kvs, edge.kvs_arn, "1") == EdgeState.from_message(newer).value()
