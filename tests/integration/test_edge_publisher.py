@@ -175,7 +175,7 @@ def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
 def test_handler_writes_the_newest_and_fails_the_malformed(
     publisher_fn: ModuleType, edge: EdgeServer, kvs: Any, context: Any
 ) -> None:
-    sample = "edge_state_batch.json"
+    sample = "edge_publisher.json"
     newer, older = (r["body"] for r in load_event(sample)["Records"])
     assert EdgeState.from_message(newer).v > EdgeState.from_message(older).v
     records = [
