@@ -281,7 +281,12 @@ ASSUMPTIONS: dict[str, Assumption] = {
             "bytes per answer",
             "assumed: the 77-byte Result body and its headers",
         ),
-        Assumption("waf_rules", 2, "rules", "assumed: a rate-based rule and one managed group"),
+        Assumption(
+            "waf_rules",
+            4,
+            "rules",
+            "template.yaml / edge/waf.yaml: two rate-based rules and two AWS managed rule groups",
+        ),
     )
 }
 
@@ -726,7 +731,8 @@ def _costs(p: Profile, edge: bool, c: dict[str, float]) -> tuple[list[Cost], lis
     ]
     monthly = []
     if edge:
-        rules = _a("waf_rules") + (1 if p.bot_control else 0)  # Bot Control's rule group counts as a rule too
+        # With Bot Control: its rule group and the press path's CAPTCHA rule, each a rule.
+        rules = _a("waf_rules") + (2 if p.bot_control else 0)
         monthly += [
             Cost("WAF", "web ACL", 1, "web ACL", "price_waf_acl", _f("price_waf_acl")),
             Cost("WAF", "rules", rules, "rules", "price_waf_rule", rules * _f("price_waf_rule")),

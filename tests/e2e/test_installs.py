@@ -34,7 +34,7 @@ INSTALLS = {
 }
 # The commands each install brings, as its distributions declare them.
 OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate", "seckill-capacity"}
-LOCAL = {"seckill-local", "seckill-tokens", "seckill-openapi"}
+LOCAL = {"seckill-local", "seckill-tokens", "seckill-openapi", "seckill-edge-function"}
 COMMANDS = {
     "product": set(),
     "ops": OPS,

@@ -590,7 +590,11 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
     its unit back on sale."""
     feeds = {fn.logical_id: source["Queue"]["Fn::GetAtt"][0] for fn in runner.template.functions.values()
              for source in fn.sqs_events}  # fmt: skip
-    assert feeds == {"OrderPersisterFunction": "OrderQueue", "OrderExpiryFunction": "OrderExpiryQueue"}
+    assert feeds == {
+        "OrderPersisterFunction": "OrderQueue",
+        "OrderExpiryFunction": "OrderExpiryQueue",
+        "EdgePublisherFunction": "EdgeStateQueue",
+    }
     queues = runner.queues()
 
     def delayed() -> int:

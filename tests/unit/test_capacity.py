@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from seckill_local.checkout import ROOT
+from seckill_local.template import Template
 from seckill_ops import capacity
 from seckill_ops.capacity import ASSUMPTIONS, FIGURES, Profile, main, model
 
@@ -127,11 +128,11 @@ def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
     edge_lines = {(c.layer, c.item): c.dollars for c in with_edge.costs}
     assert edge_lines["CloudFront", "HTTPS requests"] == pytest.approx(3_000 / 10_000 * 0.01)
     assert edge_lines["WAF", "requests inspected"] == pytest.approx(3_000 / 1e6 * 0.60)
-    assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(5 + 2 * 1)
+    assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(5 + 4 * 1)
     assert not without.monthly
-    # Bot Control: its subscription, one more rule, and its fee on every request.
+    # Bot Control: its subscription, two more rules (its group, the CAPTCHA), and its fee on every request.
     bot = model(replace(SMALL, bot_control=True), edge=True)
-    assert sum(c.dollars for c in bot.monthly) == pytest.approx(5 + 3 * 1 + 10)
+    assert sum(c.dollars for c in bot.monthly) == pytest.approx(5 + 6 * 1 + 10)
     assert bot.total_dollars - with_edge.total_dollars == pytest.approx(3_000 / 1e6 * 1.00)
 
 
@@ -151,6 +152,17 @@ def test_every_figure_has_its_aws_page_and_every_input_its_origin() -> None:
     # Every price a cost line uses is in the table.
     scenario = model(Profile(users=10, presses=1, stock=1, seconds=1, bot_control=True), edge=True)
     assert {c.price for c in scenario.costs + scenario.monthly} <= set(FIGURES)
+
+
+def test_the_priced_waf_rules_are_the_deployed_ones() -> None:
+    rules = Template.load(ROOT / "edge" / "waf.yaml").data["Resources"]["EdgeWebAcl"]["Properties"]["Rules"]
+    always = [r for r in rules if "Fn::If" not in r]
+    optional = [r for r in rules if "Fn::If" in r]
+    assert ASSUMPTIONS["waf_rules"].value == len(always)
+    bot = model(replace(SMALL, bot_control=True), edge=True)
+    plain = model(SMALL, edge=True)
+    rule_count = {(c.layer, c.item): c.quantity for c in bot.monthly}["WAF", "rules"]
+    assert rule_count - {(c.layer, c.item): c.quantity for c in plain.monthly}["WAF", "rules"] == len(optional)
 
 
 def test_docs_capacity_cites_every_figure_s_page() -> None:
