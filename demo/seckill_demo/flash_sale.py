@@ -3,7 +3,9 @@
 
 Applies the schema, starts moto SQS, the local HTTP API (authorizer included)
 and the queue feeder, creates a voucher whose sale is open now, mints users,
-and fires their presses concurrently through the real request path. Then it
+and fires their presses concurrently through the real request path: with
+``--edge`` (the default) through the local edge, the CloudFront Function that
+answers the presses already decided (see ``seckill_demo.edge``). Then it
 drains the queue, replays the dead-letter queue, reconciles, re-delivers every
 order once more, asks the status route about every order id it was given, and
 reports. ``--chaos`` injects faults all along (see ``seckill_demo.chaos``);
@@ -71,12 +73,15 @@ def run(args: argparse.Namespace) -> int:
                 env_vars = chaos.function_env()
                 console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
             env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
-            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
+            vt = 2 if args.chaos else 10
+            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=args.edge)
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-            with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
+            with console.status("starting moto SQS, the local HTTP API, the edge and the queue feeder..."):
                 stack.start()
             console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
+            if stack.edge is not None:
+                console.print(f"the users press through the edge on {stack.edge.url}")
             return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http, chaos), creds)
         finally:
             if stack is not None:
@@ -154,6 +159,19 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="draw Redis stock through the sale to this PNG (default with --no-show, --cancel or --hold: "
         "seckill-sale-<voucherId>-stock.png in the current folder)",
+    )
+    p.add_argument(
+        "--edge",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="press through the local edge (the CloudFront Function and its KeyValueStore, kept current by "
+        "EdgePublisherFunction) and report what it answered (default: on; --no-edge presses the API directly)",
+    )
+    p.add_argument(
+        "--edge-plot",
+        type=Path,
+        help="draw the presses answered at the edge and by the function to this PNG (default with --edge: "
+        "seckill-sale-<voucherId>-edge.png in the current folder)",
     )
     p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
     deployed = p.add_argument_group(

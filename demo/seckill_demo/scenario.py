@@ -34,6 +34,7 @@ from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, Chaos
+from seckill_demo.edge import EdgeWatch, check_edge, check_server, edge_figures, plot_edge
 from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
@@ -70,6 +71,7 @@ class Sale:
     ) -> None:
         self.args = args
         self.api_url = api_url
+        self.press_url = api_url  # where the users press: the edge's, when the sale has one
         self.http = http
         self.admin = admin
         self.sqs = sqs
@@ -107,7 +109,7 @@ class Sale:
         args = self.args
         return fire(
             self.http,
-            self.api_url,
+            self.press_url,
             self.voucher_id,
             tokens,
             args.presses,
@@ -171,6 +173,8 @@ class LocalSale(Sale):
         sqs = sqs_client(stack.sqs_endpoint)
         queues = {name: sqs.get_queue_url(QueueName=name)["QueueUrl"] for name in QUEUES}
         super().__init__(args, stack.api_url, http, AdminClient(http, stack.api_url), sqs, queues)
+        if stack.edge is not None:
+            self.press_url = stack.edge.url
         self.stack = stack
         self.redis = redis
         self.db = db
@@ -272,7 +276,13 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
+    edge = sale.stack.edge
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
+        watch = None
+        if edge is not None:
+            watch = stack.enter_context(
+                EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
+            )
         reconciled: Counter[str] = Counter()
         run = HoldsRun(sale, sampler) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
@@ -302,6 +312,15 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             run.waves(progress, presses, tokens)
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
+    edge_report, edge_plot, edge_checks = None, "", []
+    if edge is not None and watch is not None:
+        stats = edge.stats()
+        edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
+        edge_checks = [*check_edge(presses, watch, edge_report, first_wave=len(rush)), check_server(presses, stats)]
+        path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
+        edge_plot = plot_edge(
+            presses, watch, edge_report, path, f"voucher {sale.voucher_id}: presses at the edge and at the function"
+        )
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
     poisoned = sale.poisoned() if sale.chaos is not None else []
@@ -347,7 +366,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         checks=checks,
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
         plot=plot,
+        edge=edge_report,
+        edge_plot=edge_plot,
     )
+    report.checks.extend(edge_checks)
     if held is not None and run is not None:
         report.reconciliation = dict(reconciled + run.reconciled)
         if sale.chaos is not None:

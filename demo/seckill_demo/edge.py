@@ -1,0 +1,310 @@
+"""The edge in the main job (``--edge``): the presses go through the local edge server,
+which runs the CloudFront Function in front of the API and answers the presses already
+decided from its KeyValueStore. ``EdgeWatch`` samples Redis stock and the voucher's
+KeyValueStore entry through the sale; ``edge_figures`` and ``check_edge`` say how many
+presses the edge answered, how long the SOLD_OUT flag took to reach it and to leave it,
+and whether it only ever said what the function would have; ``plot_edge`` draws the
+presses answered at the edge and at the function through the sale."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from seckill.infra import keys
+from seckill.infra.results import fail
+from seckill.press.gate import REFUSALS
+from seckill_demo.load import Press
+from seckill_demo.report import Check
+
+SAMPLE_EVERY = 0.02  # seconds between two samples: the lags are measured to this
+BIN = 0.1  # seconds per bar of the plot
+# The edge server's function reads the store it hosts in the same process: a press sent
+# after an edge answer said SOLD_OUT reaches a function that sees the flag too. What
+# remains is the clock: both times are this process's time.monotonic(), taken before the
+# request leaves (sent) and after its answer came back, so no slack is needed beyond one
+# millisecond of rounding.
+AFTER_FLAG_TOLERANCE = 0.001
+# A return on sale this long must have cleared the flag: locally the clear is one message
+# through the queue, the feeder's next receive and one PutKey (RETURN_LAG measured in docs/edge.md).
+RETURN_CLEARS_WITHIN = 1.0
+EDGE_CODES = {REFUSALS[code].code for code in REFUSALS if REFUSALS[code].status == 409} - {"DUPLICATE_ORDER"}
+
+
+def function_body(code: str) -> bytes:
+    """The body the function answers a refusal with (its own rendering, ``Result``)."""
+    refusal = next(r for r in REFUSALS.values() if r.code == code)
+    return (fail(refusal.status, refusal.code, refusal.message).body or "").encode()
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # seconds since the watch started
+    stock: int | None  # Redis stock; None: unreadable
+    sold_out: bool | None  # the KeyValueStore entry's soldOut; None: no entry (or unreadable)
+
+
+class EdgeWatch:
+    """Redis stock and the KeyValueStore entry's soldOut every ``SAMPLE_EVERY`` seconds."""
+
+    def __init__(self, redis: Any, voucher_id: int, read_entry: Callable[[], str | None], started: float) -> None:
+        self.redis = redis
+        self.key = keys.stock(voucher_id)
+        self.read_entry = read_entry
+        self.started = started  # time.monotonic() of the sale's start, shared with the stock sampler
+        self.samples: list[Sample] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="edge-watch", daemon=True)
+
+    def __enter__(self) -> EdgeWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            stock = sold_out = None
+            with contextlib.suppress(RedisError):  # Redis restarted in a chaos run
+                value = self.redis.get(self.key)
+                stock = None if value is None else int(value)
+            with contextlib.suppress(Exception):  # the store not up yet, or the server gone at the end
+                entry = self.read_entry()
+                sold_out = None if entry is None else bool(json.loads(entry).get("soldOut"))
+            # Taken after both reads: whatever they saw was there by then.
+            self.samples.append(Sample(time.monotonic() - self.started, stock, sold_out))
+            if self.stop.wait(SAMPLE_EVERY):
+                return
+
+    def episodes(self) -> tuple[list[tuple[float, float | None]], list[tuple[float, float | None]]]:
+        """(sell-outs, returns): each sell-out is (when Redis stock reached 0, when the store
+        first said soldOut after it, None if never before the stock came back); each return
+        is (when stock went back above 0, when the store first said not sold out, None if never
+        before it sold out again)."""
+        sellouts: list[tuple[float, float | None]] = []
+        returns: list[tuple[float, float | None]] = []
+        out = False
+        for s in self.samples:
+            if s.stock is None:
+                continue
+            if not out and s.stock == 0:
+                out = True
+                sellouts.append((s.at, None))
+            elif out and s.stock > 0:
+                out = False
+                returns.append((s.at, None))
+            if out and s.sold_out and sellouts[-1][1] is None:
+                sellouts[-1] = (sellouts[-1][0], s.at)
+            if not out and s.sold_out is False and returns and returns[-1][1] is None:
+                returns[-1] = (returns[-1][0], s.at)
+        return sellouts, returns
+
+    def stock_at(self, at: float) -> tuple[int | None, int | None]:
+        """Redis stock at the samples just before and just after ``at``."""
+        before = after = None
+        for s in self.samples:
+            if s.stock is None:
+                continue
+            if s.at <= at:
+                before = s.stock
+            else:
+                after = s.stock
+                break
+        return before, after
+
+
+def answered_at(press: Press, started: float) -> float:
+    """When the press's answer came back, in seconds since the sale started."""
+    return press.sent - started + press.latency_ms / 1000
+
+
+def edge_figures(
+    presses: list[Press], watch: EdgeWatch, stats: dict[str, Any] | None, first_wave: int
+) -> dict[str, Any]:
+    """The report's figures about the edge; ``presses[:first_wave]`` are the first wave's."""
+    started = watch.started
+    answered = [p for p in presses if p.edge]
+    forwarded = [p for p in presses if not p.edge and p.status]
+    refusals = [p for p in presses if 400 <= p.status < 500]
+    sellouts, returns = watch.episodes()
+    sold_out_at = sellouts[0][0] if sellouts else None
+    after = [p for p in presses if sold_out_at is not None and p.sent - started >= sold_out_at]
+    first_edge = min((answered_at(p, started) for p in answered if p.code == "SOLD_OUT"), default=None)
+    first_return = returns[0][0] if returns else float("inf")
+    # The first sell-out's last unit: the last 202 answered before any unit came back.
+    wins = [answered_at(p, started) for p in presses[:first_wave] if p.status == 202]
+    last_202 = max((t for t in wins if t < first_return), default=None)
+    clear_lags = [(cleared - back) * 1000 for back, cleared in returns if cleared is not None]
+    return {
+        "answered": len(answered),
+        "forwarded": len(forwarded),
+        "share_of_presses": len(answered) / len(presses) if presses else 0.0,
+        "share_of_refusals": len(answered) / len(refusals) if refusals else 0.0,
+        "share_after_sellout": sum(p.edge for p in after) / len(after) if after else 0.0,
+        "presses_after_sellout": len(after),
+        "codes": dict(Counter(p.code or "" for p in answered)),
+        "sold_out_at_s": sold_out_at,
+        "last_202_at_s": last_202,
+        "first_edge_sold_out_at_s": first_edge,
+        # The flag's lag as the clients saw it: the first SOLD_OUT answered at the edge after the last unit's 202.
+        "flag_lag_ms": None if first_edge is None or last_202 is None else (first_edge - last_202) * 1000,
+        # The same, as the store shows it: Redis stock 0 to the entry's soldOut, sampled.
+        "flag_lag_sampled_ms": None
+        if not sellouts or sellouts[0][1] is None
+        else (sellouts[0][1] - sellouts[0][0]) * 1000,
+        "returns": len(returns),
+        "returns_cleared": len(clear_lags),
+        "clear_lag_ms": max(clear_lags, default=None),
+        "server": stats or {},
+    }
+
+
+def check_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], first_wave: int) -> list[Check]:
+    """What the edge may do (it answers only what the gate has decided, as the function
+    would) and how soon its flag follows the stock, from the presses and the samples."""
+    started = watch.started
+    answered = [p for p in presses if p.edge]
+    not_refusal = [p for p in answered if p.status != 409 or p.code not in EDGE_CODES]
+    differ = [p for p in answered if p not in not_refusal and p.body != function_body(p.code or "")]
+    codes = {p.code for p in answered}
+    # The function's own answers for the same codes, a second witness of the body.
+    theirs = {p.body for p in presses if not p.edge and p.status == 409 and p.code in codes}
+    mine = {function_body(code) for code in codes if code in EDGE_CODES}
+    checks = [
+        Check(
+            "the edge never answered 202",
+            not not_refusal,
+            f"{len(answered):,} edge answers: "
+            + (", ".join(f"{k} {v:,}" for k, v in sorted(figures["codes"].items())) or "none")
+            + (f"; {len(not_refusal)} not a 409 refusal" if not_refusal else ""),
+        ),
+        Check(
+            "every edge answer is the function's, byte for byte",
+            not differ and theirs <= mine,
+            f"{len(answered) - len(differ) - len(not_refusal):,} of {len(answered):,} bodies equal the "
+            f"function's for their code; the function itself sent {len(theirs)} distinct bodies for those codes",
+        ),
+    ]
+    sellouts, returns = watch.episodes()
+    first_edge = figures["first_edge_sold_out_at_s"]
+    if first_edge is not None:
+        # Until a unit comes back (the flag may clear from then on, one sample early at most).
+        until = (returns[0][0] - SAMPLE_EVERY) if returns else float("inf")
+        late = [
+            p
+            for p in presses
+            if not p.edge and p.status and first_edge + AFTER_FLAG_TOLERANCE < p.sent - started < until
+        ]
+        checks.append(
+            Check(
+                "once the edge says SOLD_OUT, only earlier presses reach the function",
+                not late,
+                f"flag at the edge {figures['flag_lag_ms']:.0f} ms after the last 202; {len(late)} presses sent "
+                f"after it reached the function"
+                + (f" (first {late[0].sent - started - first_edge:.3f} s after)" if late else ""),
+            )
+        )
+    if returns:
+        uncleared = [
+            (back, end)
+            for (back, cleared), end in zip(returns, [*(s for s, _ in sellouts[1:]), None], strict=False)
+            if cleared is None and (end is None or end - back > RETURN_CLEARS_WITHIN)
+        ]
+        checks.append(
+            Check(
+                "the flag clears when units come back",
+                not uncleared,
+                f"{len(returns)} returns, the flag cleared after {figures['returns_cleared']} of them "
+                f"(at most {figures['clear_lag_ms'] or 0:.0f} ms after); {len(uncleared)} on sale "
+                f"over {RETURN_CLEARS_WITHIN:.0f} s without clearing",
+            )
+        )
+        # A refusal of a unit on sale is due to the flag's lag: until it cleared, or at most RETURN_CLEARS_WITHIN.
+        windows = [
+            (back, cleared + SAMPLE_EVERY if cleared is not None else back + RETURN_CLEARS_WITHIN)
+            for back, cleared in returns
+        ]
+        stale = []
+        for p in answered:
+            at = answered_at(p, started)
+            before, after = watch.stock_at(at)
+            if (
+                p.code == "SOLD_OUT"
+                and (before or 0) > 0
+                and (after or 0) > 0
+                and not any(a <= at <= b for a, b in windows)
+            ):
+                stale.append(p)
+        again = [p for p in presses[first_wave:] if not p.edge and p.status]
+        checks.append(
+            Check(
+                "the edge refuses units on sale only until the flag clears",
+                not stale and (len(presses) == first_wave or bool(again)),
+                f"{len(stale)} SOLD_OUT at the edge with units on sale outside the clear lag; "
+                f"{len(again):,} presses of the later waves reached the function",
+            )
+        )
+    return checks
+
+
+def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], path: Path, title: str) -> str:
+    """Presses per ``BIN`` seconds answered at the edge and by the function, with the
+    sell-outs, the flag reaching the edge and the returns marked; what to tell the user."""
+    import matplotlib  # here, not at import: only a sale with the edge draws this
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    started = watch.started
+    sent = [(p.sent - started, p.edge) for p in presses if p.status]
+    bins = int(max((t for t, _ in sent), default=0) / BIN) + 1
+    edge, function = [0] * bins, [0] * bins
+    for t, at_edge in sent:
+        (edge if at_edge else function)[max(0, int(t / BIN))] += 1
+    x = [i * BIN for i in range(bins)]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.step(x, function, where="post", label="reached the function")
+    ax.step(x, edge, where="post", label="answered at the edge")
+    sellouts, returns = watch.episodes()
+    marks = [(at, "sold out (Redis)") for at, _ in sellouts] + [(at, "units back") for at, _ in returns]
+    marks += [(at, "flag cleared") for _, at in returns if at is not None]
+    if figures["first_edge_sold_out_at_s"] is not None:
+        marks.append((figures["first_edge_sold_out_at_s"], "first SOLD_OUT at the edge"))
+    for i, (at, label) in enumerate(sorted(marks)):
+        ax.axvline(at, color="grey", linestyle=":", linewidth=1)
+        height = 1 - 0.3 * (i % 3)  # marks close together would write over each other
+        ax.annotate(label, (at, height), xycoords=("data", "axes fraction"), rotation=90, va="top", fontsize=8)
+    ax.set_xlabel("seconds since the sale opened (when the press was sent)")
+    ax.set_ylabel(f"presses per {BIN * 1000:.0f} ms")
+    ax.set_title(title)
+    ax.legend(loc="upper right")
+    ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"edge plot: {path}"
+
+
+def check_server(presses: list[Press], stats: dict[str, Any] | None) -> Check:
+    """The edge server's own count (``/__edge/stats``) against the clients': only presses go through it."""
+    answered = sum(p.edge for p in presses)
+    forwarded = sum(not p.edge and p.status != 0 for p in presses)
+    if stats is None:
+        return Check("the edge server counted the same", False, "/__edge/stats did not answer")
+    return Check(
+        "the edge server counted the same",
+        stats.get("answered") == answered and stats.get("forwarded") == forwarded and not stats.get("failed"),
+        f"server: answered {stats.get('answered')}, forwarded {stats.get('forwarded')}, function failed "
+        f"{stats.get('failed')}; clients: answered at the edge {answered:,}, by the function {forwarded:,}",
+    )
