@@ -4,6 +4,7 @@ and steps of the service (accept, reconcile, recover) short of the handlers."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import secrets
@@ -42,8 +43,10 @@ from seckill.repair.recovery import Recovery, recover_if_lost
 from seckill.vouchers import SeckillVoucherIn
 from seckill_local.checkout import ROOT
 from seckill_local.feeder import sqs_event
+from seckill_local.lambdas import load_handler
 from seckill_local.ports import free_port
 from seckill_local.sqs import LOCAL_AWS
+from seckill_local.template import Template
 
 EVENTS = ROOT / "events"
 HINT_TTL = 3600
@@ -369,3 +372,30 @@ def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
     """(MySQL stock, Redis stock) of a voucher."""
     [row] = db_rows(db, "SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)
     return int(row["stock"]), int(redis.get(keys.stock(voucher_id)))
+
+
+def fresh(template: Template, logical_id: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
+    """The function's module imported afresh, as the runtime would, with these variables;
+    the suite's own import stays what ``handlers`` returns."""
+    with monkeypatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.setattr(sys, "modules", dict(sys.modules))
+        handler = load_handler(template.functions[logical_id])
+        return sys.modules[handler.__module__]
+
+
+def sqs_record(body: str, sample: str, message_id: str | None = None) -> dict[str, Any]:
+    """A record shaped like those of events/<sample>."""
+    rec: dict[str, Any] = copy.deepcopy(load_event(sample)["Records"][0])
+    rec.update(messageId=message_id or str(uuid.uuid4()), receiptHandle=uuid.uuid4().hex, body=body)
+    return rec
+
+
+def invoke(module: ModuleType, context: Any, sample: str, *records: dict[str, Any]) -> set[str]:
+    """The handler on a batch; the message ids it reported as failures."""
+    event = load_event(sample)
+    event["Records"] = list(records)
+    response = module.lambda_handler(json.loads(json.dumps(event)), context)
+    assert set(response) == {"batchItemFailures"}, response
+    return {f["itemIdentifier"] for f in response["batchItemFailures"]}

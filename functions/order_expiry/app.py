@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.edge.state import StateQueue
 from seckill.expiry import ExpiryMessage, ExpiryNotSent, ExpiryQueue
 from seckill.holds import Expiry, expire
 from seckill.infra import tracing, warmup
@@ -43,6 +44,7 @@ scripts = Scripts.register(redis)
 db = Database.from_settings(settings)
 sqs = OnFirstUse(sqs_client)
 queue = ExpiryQueue(sqs, settings.order_expiry_queue_url)
+edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
 # Orders expired now, and messages that came before their deadline.
@@ -53,7 +55,7 @@ COUNTED = {Expiry.EXPIRED: "OrdersExpired", Expiry.NOT_YET: "ExpiriesEarly"}
 def handle(record: SQSRecord) -> None:
     """One expiry; raises to make the record a batch item failure."""
     message = ExpiryMessage.from_json(record.body)
-    expired = expire(db, redis, scripts, message.order_id)
+    expired = expire(db, redis, scripts, message.order_id, edge=edge)
     if expired.outcome is Expiry.NOT_YET:
         assert expired.order is not None  # NOT_YET names the order it found
         # The database's clock says how long is left: never sooner than that, whatever this clock says.

@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.edge.state import StateQueue
 from seckill.expiry import ExpiryQueue
 from seckill.infra import tracing, warmup
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
@@ -48,6 +49,7 @@ db = Database.from_settings(settings)
 sqs = OnFirstUse(sqs_client)
 poison = PoisonQueue(sqs, settings.order_poison_queue_url) if settings.order_poison_queue_url else None
 expiries = ExpiryQueue(sqs, settings.order_expiry_queue_url)
+edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
 
@@ -63,6 +65,9 @@ def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
         if counts[name]:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts[name])
     logger.info("batch decided", extra={"records": len(outcomes), **counts})
+    # The gate sold these units already; once their orders are stored is when the edge
+    # learns of a sale that sold out (one claim per voucher, usually answered "unchanged").
+    edge.notice_each(scripts, (o.order.voucher_id for o in decided if isinstance(o, Decided)))
     return {r["messageId"]: outcome for r, outcome in zip(records, outcomes, strict=True)}
 
 

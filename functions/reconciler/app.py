@@ -13,6 +13,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.edge.state import StateQueue
 from seckill.infra import tracing
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
 from seckill.infra.config import Settings
@@ -33,6 +34,7 @@ scripts = Scripts.register(redis)
 # The SQS client (boto3's service model, most of an init) is made at the first run, as elsewhere.
 sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
+edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
 db = Database.from_settings(settings)
 
 
@@ -56,11 +58,16 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # gate answers 503 for them meanwhile, and the next pass reconciles them.
     wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
     recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait, missing=result.totals()["missing"] > 0)
+    # Every sale's state sent to the edge again, after this pass's releases, repairs and
+    # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
+    edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
     for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
         if totals[name]:
             metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
-    logger.info("reconciled", extra={"totals": totals, "queueDrained": result.queue_drained})
+    logger.info(
+        "reconciled", extra={"totals": totals, "queueDrained": result.queue_drained, "edgeStateNotSent": edge_not_sent}
+    )
     if recovery.blocked:
         logger.warning("Redis lost data and it is not rebuilt yet", extra={"why": recovery.blocked})
     return {**result.to_dict(), "totals": totals, "recovery": {"lost": recovery.lost, "blocked": recovery.blocked}}

@@ -28,6 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import holds, openapi, vouchers
+from seckill.edge.state import StateQueue
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
@@ -57,6 +58,7 @@ scripts = Scripts.register(redis)
 gate = Gate(redis, scripts, settings.refusal_cache_seconds)
 sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
+edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
 db = Database.from_settings(settings)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
@@ -212,7 +214,7 @@ def pay_order(orderId: openapi.IdText) -> Response[str]:
     require_iam("payment service")
     order_id = parse_id(orderId, "orderId")
     payment = vouchers.parse_model(request_body(), holds.PaymentIn)
-    answer = holds.pay(db, redis, scripts, order_id, payment.payment_id)
+    answer = holds.pay(db, redis, scripts, order_id, payment.payment_id, edge=edge)
     if not isinstance(answer, Refusal):
         logger.info("order paid", extra={"orderId": str(order_id), "paymentId": payment.payment_id})
     return answered(answer)
@@ -243,7 +245,7 @@ def pay_order(orderId: openapi.IdText) -> Response[str]:
 def cancel_order(orderId: openapi.IdText) -> Response[str]:
     user_id = user_of(app.current_event.raw_event)
     order_id = parse_id(orderId, "orderId")
-    return answered(holds.cancel(db, redis, scripts, order_id, user_id))
+    return answered(holds.cancel(db, redis, scripts, order_id, user_id, edge=edge))
 
 
 def page_size(value: str | None) -> int:
@@ -304,6 +306,9 @@ def add_seckill_voucher() -> Response[str]:
     require_iam()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+    # Its window, for the edge to refuse presses before it opens; a creation whose
+    # preload is still provisional is not on sale, and the reconciler's sweep sends it.
+    edge.notice(scripts, voucher_id)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
     return results.ok(voucher_id, status=201)
 
@@ -342,6 +347,7 @@ def stop_seckill_voucher(voucherId: openapi.IdText) -> Response[str]:
     require_iam()
     voucher_id = parse_id(voucherId, "voucherId")
     vouchers.stop_seckill_voucher(db, redis, voucher_id)
+    edge.notice(scripts, voucher_id)
     logger.info("seckill voucher stopped", extra={"voucherId": voucher_id})
     return results.ok(voucher_id)
 

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from pymysql.cursors import DictCursor
 
 from seckill import hints
+from seckill.edge.state import NO_EDGE, StateQueue
 from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, FAILED, PAID, PENDING
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
@@ -166,17 +167,19 @@ def give_back(scripts: Scripts, voucher_id: int, order_id: int) -> int:
     )
 
 
-def _settled(redis: RedisClient, scripts: Scripts, order: Order) -> None:
+def _settled(redis: RedisClient, scripts: Scripts, order: Order, edge: StateQueue) -> None:
     """After COMMIT, for a route: the unit back in Redis if the hold closed, and the final
     hint. MySQL holds the truth already, which the caller answers whatever Redis does:
     reconciliation repairs a stock Redis missed, and the status route reads MySQL
-    while the hint is not final."""
+    while the hint is not final. A unit back on sale may clear the edge's "sold out"."""
     try:
         if order.state in (EXPIRED, CANCELLED):
             give_back(scripts, order.voucher_id, order.order_id)
         hints.replace(redis, order.data())
     except Exception:  # the cluster client raises its own errors besides RedisError
         log.warning("order %s is %s; Redis could not be told", order.order_id, order.state, exc_info=True)
+    if order.state in (EXPIRED, CANCELLED):
+        edge.notice(scripts, order.voucher_id)
 
 
 def _unstored(db: Database, redis: RedisClient, order_id: int, user_id: int | None) -> Refusal:
@@ -197,7 +200,15 @@ def _unstored(db: Database, redis: RedisClient, order_id: int, user_id: int | No
     return NOT_FOUND
 
 
-def pay(db: Database, redis: RedisClient, scripts: Scripts, order_id: int, payment_id: str) -> dict[str, Any] | Refusal:
+def pay(
+    db: Database,
+    redis: RedisClient,
+    scripts: Scripts,
+    order_id: int,
+    payment_id: str,
+    *,
+    edge: StateQueue = NO_EDGE,
+) -> dict[str, Any] | Refusal:
     """Pay a hold: its order ``data``, PAID (again, for the payment that paid it), or why
     not. Past its deadline the hold expires now, as if the expiry had run: 409 EXPIRED."""
 
@@ -224,11 +235,19 @@ def pay(db: Database, redis: RedisClient, scripts: Scripts, order_id: int, payme
         return _unstored(db, redis, order_id, None)
     if isinstance(decided, Refusal):
         return decided
-    _settled(redis, scripts, decided)
+    _settled(redis, scripts, decided, edge)
     return decided.data() if decided.state == PAID else REFUSALS[decided.state]
 
 
-def cancel(db: Database, redis: RedisClient, scripts: Scripts, order_id: int, user_id: int) -> dict[str, Any] | Refusal:
+def cancel(
+    db: Database,
+    redis: RedisClient,
+    scripts: Scripts,
+    order_id: int,
+    user_id: int,
+    *,
+    edge: StateQueue = NO_EDGE,
+) -> dict[str, Any] | Refusal:
     """The owner gives a hold up: its order ``data``, CANCELLED (again, if it was), and the
     unit back on sale; or why not. Another user's order is not found, as an unknown one."""
 
@@ -243,7 +262,7 @@ def cancel(db: Database, redis: RedisClient, scripts: Scripts, order_id: int, us
     decided = db.run(decide)
     if decided is None:
         return _unstored(db, redis, order_id, user_id)
-    _settled(redis, scripts, decided)
+    _settled(redis, scripts, decided, edge)
     return decided.data() if decided.state == CANCELLED else REFUSALS[decided.state]
 
 
@@ -262,7 +281,7 @@ class Expired:
     given_back: int | None = None  # give_back's answer (EXPIRED, CLOSED); None otherwise
 
 
-def expire(db: Database, redis: RedisClient, scripts: Scripts, order_id: int) -> Expired:
+def expire(db: Database, redis: RedisClient, scripts: Scripts, order_id: int, *, edge: StateQueue = NO_EDGE) -> Expired:
     """Expire a hold whose deadline has passed (idempotent: any number of times, in any
     order with payments and cancels). A Redis error after MySQL committed is raised: the
     caller retries, and the retry gives the unit back (once) and writes the hint."""
@@ -284,4 +303,5 @@ def expire(db: Database, redis: RedisClient, scripts: Scripts, order_id: int) ->
     assert decided.order is not None
     given = give_back(scripts, decided.order.voucher_id, order_id)
     hints.replace(redis, decided.order.data())
+    edge.notice(scripts, decided.order.voucher_id)
     return Expired(decided.outcome, decided.order, given)

@@ -5,10 +5,7 @@ retry must finish."""
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
@@ -25,7 +22,6 @@ from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
-from seckill_local.lambdas import load_handler
 from seckill_local.template import Template
 from tests.helpers import (
     Hold,
@@ -33,39 +29,14 @@ from tests.helpers import (
     closed_port,
     db_rows,
     drain,
-    load_event,
+    fresh,
+    invoke,
     new_user,
     overdue,
     persist_order,
+    sqs_record,
     stocks,
 )
-
-
-def fresh(template: Template, logical_id: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
-    """The function's module imported afresh, as the runtime would, with these variables;
-    the suite's own import stays what ``handlers`` returns."""
-    with monkeypatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        patch.setattr(sys, "modules", dict(sys.modules))
-        handler = load_handler(template.functions[logical_id])
-        return sys.modules[handler.__module__]
-
-
-def sqs_record(body: str, sample: str, message_id: str | None = None) -> dict[str, Any]:
-    """A record shaped like those of events/<sample>."""
-    rec: dict[str, Any] = copy.deepcopy(load_event(sample)["Records"][0])
-    rec.update(messageId=message_id or str(uuid.uuid4()), receiptHandle=uuid.uuid4().hex, body=body)
-    return rec
-
-
-def invoke(module: ModuleType, context: Any, sample: str, *records: dict[str, Any]) -> set[str]:
-    """The handler on a batch; the message ids it reported as failures."""
-    event = load_event(sample)
-    event["Records"] = list(records)
-    response = module.lambda_handler(json.loads(json.dumps(event)), context)
-    assert set(response) == {"batchItemFailures"}, response
-    return {f["itemIdentifier"] for f in response["batchItemFailures"]}
 
 
 def expiry_record(message: ExpiryMessage | str) -> dict[str, Any]:

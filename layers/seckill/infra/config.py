@@ -44,6 +44,10 @@ class Settings:
     order_poison_queue_url: str = ""
     # Where confirmed orders wait for their payment deadline (persister and OrderExpiryFunction).
     order_expiry_queue_url: str = ""
+    # Where a sale's new state goes on its way to the edge's KeyValueStore (unset: the stack has no edge).
+    edge_state_queue_url: str = ""
+    # The KeyValueStore EdgePublisherFunction writes the sales' states to.
+    edge_kvs_arn: str = ""
 
     @classmethod
     def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> Settings:
@@ -67,4 +71,6 @@ class Settings:
             db_tls=_flag(env.get("DB_TLS")) if env.get("DB_TLS") else bool(env.get("DB_SECRET_ARN")),
             order_poison_queue_url=env.get("ORDER_POISON_QUEUE_URL", ""),
             order_expiry_queue_url=env.get("ORDER_EXPIRY_QUEUE_URL", ""),
+            edge_state_queue_url=env.get("EDGE_STATE_QUEUE_URL", ""),
+            edge_kvs_arn=env.get("EDGE_KVS_ARN", ""),
         )

@@ -28,6 +28,11 @@ def returned(voucher_id: int) -> str:
     return f"seckill:returned:{{{voucher_id}}}"
 
 
+def edge(voucher_id: int) -> str:
+    """Hash: the version and the last state claimed for the edge (``lua/edge_claim.lua``)."""
+    return f"seckill:edge:{{{voucher_id}}}"
+
+
 @functools.lru_cache(maxsize=1024)
 def voucher_keys(voucher_id: int) -> tuple[str, ...]:
     """Every key of one voucher's gate state, in the order the gate and restore scripts take them

@@ -65,8 +65,21 @@ class Scripts:
     restore: Script
     counter_floor: Script
     give_back: Script
+    edge_claim: Script
+    edge_unclaim: Script
 
     @classmethod
     def register(cls, redis: RedisClient) -> Scripts:
-        names = ("gate", "attach", "release", "settle", "promise", "restore", "counter_floor", "give_back")
+        names = (
+            "gate",
+            "attach",
+            "release",
+            "settle",
+            "promise",
+            "restore",
+            "counter_floor",
+            "give_back",
+            "edge_claim",
+            "edge_unclaim",
+        )
         return cls(**{name: Script(redis, read_script(name)) for name in names})

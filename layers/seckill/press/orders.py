@@ -107,6 +107,11 @@ def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -
 
 
 def _release(gate: Gate, reservation: Reservation) -> None:
+    # No edge notice here (seckill.edge.state): this runs before the press is answered,
+    # and the answer must not wait on an SQS send. The unit back may clear a "sold out"
+    # the edge holds; the persister's next batch of this voucher, or at the latest the
+    # reconciler's sweep, sends that. Until then the edge refuses presses the gate might
+    # have taken, which only ever happens in the last moments of a sold-out sale.
     try:
         gate.release(reservation)
     except Exception:

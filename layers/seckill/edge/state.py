@@ -1,0 +1,192 @@
+"""The state of a sale the edge reads, and how a change of it leaves for the edge.
+
+Whoever changes a sale's state in Redis (creation, stop, a unit sold or given back)
+calls ``StateQueue.notice`` once the change has committed. ``lua/edge_claim.lua``
+elects one caller per change, whatever the number of containers that notice it, and
+hands it a new version; only that caller sends the state to EdgeStateQueue. Nothing
+here ever raises into its caller: the edge is an optimisation, never the authority,
+and the reconciler's sweep sends every sale's state again (docs/edge.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from seckill.infra import keys
+from seckill.infra.lua_scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+_VALUE_KEYS = {"v", "begin", "end", "soldOut", "stopped"}
+# A version is a positive integer a JavaScript number holds exactly (the edge's parser).
+_MAX_SAFE = 2**53 - 1
+
+
+class MalformedState(ValueError):
+    """Text that is not an edge state: a message dead-lettered rather than written."""
+
+
+def _integer(data: dict[str, Any], name: str, low: int) -> int:
+    value = data[name]
+    # bool is an int in Python; the edge would read true as no number at all.
+    if type(value) is not int or not low <= value <= _MAX_SAFE:
+        raise ValueError(f"{name} must be an integer from {low} to 2^53-1")
+    return value
+
+
+def _flag(data: dict[str, Any], name: str) -> bool:
+    value = data[name]
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false")
+    return value
+
+
+@dataclass(frozen=True)
+class EdgeState:
+    """One voucher's entry in the KeyValueStore: the sale window as the gate holds it
+    (epoch ms; 0/0 once stopped), whether it is sold out or stopped, and its version."""
+
+    voucher_id: int
+    v: int
+    begin: int
+    end: int
+    sold_out: bool
+    stopped: bool
+
+    @property
+    def key(self) -> str:
+        return str(self.voucher_id)
+
+    def value(self) -> str:
+        """The KVS value, compact JSON (a value holds at most 1 KB)."""
+        return json.dumps(
+            {"v": self.v, "begin": self.begin, "end": self.end, "soldOut": self.sold_out, "stopped": self.stopped},
+            separators=(",", ":"),
+        )
+
+    def message(self) -> str:
+        """EdgeStateQueue's body: the value plus the voucher id."""
+        return json.dumps({**json.loads(self.value()), "voucherId": self.voucher_id}, separators=(",", ":"))
+
+    @classmethod
+    def from_value(cls, voucher_id: int, text: str) -> EdgeState:
+        """A stored KVS value; MalformedState unless it has exactly the value's fields, each well typed."""
+        return cls._parse(text, _VALUE_KEYS, voucher_id)
+
+    @classmethod
+    def from_message(cls, text: str) -> EdgeState:
+        """An EdgeStateQueue body; MalformedState unless it is one."""
+        return cls._parse(text, {*_VALUE_KEYS, "voucherId"}, None)
+
+    @classmethod
+    def _parse(cls, text: str, fields: set[str], voucher_id: int | None) -> EdgeState:
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or set(data) != fields:
+                raise ValueError(f"expected exactly the fields {sorted(fields)}")
+            return cls(
+                voucher_id if voucher_id is not None else _integer(data, "voucherId", 1),
+                _integer(data, "v", 1),
+                _integer(data, "begin", 0),
+                _integer(data, "end", 0),
+                _flag(data, "soldOut"),
+                _flag(data, "stopped"),
+            )
+        except ValueError as exc:  # json's errors included
+            raise MalformedState(f"not an edge state: {exc}") from exc
+
+
+def claim(scripts: Scripts, voucher_id: int, *, again: bool = False) -> EdgeState | None:
+    """The voucher's state if it changed since the last claim (this call now owns its
+    publication), else None; None too for a voucher the gate does not sell. ``again``:
+    the claimed state even when unchanged (its version then stays)."""
+    claimed = scripts.edge_claim(
+        keys=[keys.stock(voucher_id), keys.window(voucher_id), keys.edge(voucher_id)],
+        args=[voucher_id, "1" if again else ""],
+    )
+    return None if claimed is None else EdgeState.from_message(claimed)
+
+
+def unclaim(scripts: Scripts, state: EdgeState) -> bool:
+    """Give up a claim whose message was not sent, unless claimed again since."""
+    return bool(scripts.edge_unclaim(keys=[keys.edge(state.voucher_id)], args=[state.v]))
+
+
+class Noticed(Enum):
+    OFF = "off"  # the stack has no edge
+    UNCHANGED = "unchanged"  # nothing new, or another caller publishes it
+    SENT = "sent"
+    FAILED = "failed"  # logged and counted; the claim given back where Redis allowed
+
+
+class StateQueue:
+    """Sends claimed states to EdgeStateQueue. Without a queue URL it does nothing at all,
+    not even ask Redis. ``metrics``: where a failure is counted (``EdgeStateNotSent``)."""
+
+    def __init__(self, sqs: Any, queue_url: str, metrics: Metrics | None = None) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.metrics = metrics
+
+    def notice(self, scripts: Scripts, voucher_id: int) -> Noticed:
+        """After a change of the voucher's sale committed: its new state to the queue, if
+        this call is the one elected to send it. Never raises."""
+        if not self.queue_url:
+            return Noticed.OFF
+        try:
+            state = claim(scripts, voucher_id)
+        except Exception:  # the cluster client raises its own errors besides RedisError
+            return self._failed(voucher_id, "could not be claimed")
+        if state is None:
+            return Noticed.UNCHANGED
+        try:
+            self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=state.message())
+        except Exception:
+            # The state stays claimed unless given back: then no later notice would send
+            # it, and the edge would keep the old one until the sweep. A message that was
+            # in fact stored costs only a duplicate: the publisher skips versions it has.
+            try:
+                unclaim(scripts, state)
+            except Exception:
+                log.warning("the edge state of voucher %s stays claimed", voucher_id, exc_info=True)
+            return self._failed(voucher_id, "could not be sent")
+        return Noticed.SENT
+
+    def notice_each(self, scripts: Scripts, voucher_ids: Iterable[int]) -> None:
+        for voucher_id in sorted(set(voucher_ids)):
+            self.notice(scripts, voucher_id)
+
+    def sweep(self, scripts: Scripts, voucher_ids: Iterable[int]) -> int:
+        """Every voucher's claimed state sent again, changed or not (the reconciler's
+        pass): repairs a message lost after its claim, one the publisher dead-lettered,
+        and a claim whose give-back failed. Returns how many failed; never raises."""
+        if not self.queue_url:
+            return 0
+        failed = 0
+        for voucher_id in sorted(set(voucher_ids)):
+            try:
+                state = claim(scripts, voucher_id, again=True)
+                if state is not None:
+                    self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=state.message())
+            except Exception:
+                self._failed(voucher_id, "could not be swept")
+                failed += 1
+        return failed
+
+    def _failed(self, voucher_id: int, what: str) -> Noticed:
+        log.warning("the edge state of voucher %s %s", voucher_id, what, exc_info=True)
+        if self.metrics is not None:
+            self.metrics.add_metric(name="EdgeStateNotSent", unit=MetricUnit.Count, value=1)
+        return Noticed.FAILED
+
+
+# The stack without an edge: every notice is a no-op.
+NO_EDGE = StateQueue(None, "")

@@ -1,0 +1,244 @@
+"""The election of each edge state (lua/edge_claim.lua) and its way to EdgeStateQueue,
+with a real Redis, MariaDB and SQS (moto): one claim per change however many callers
+notice it, the state each trigger leaves, and what a failure leaves for the sweep."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aws_lambda_powertools import Metrics
+from redis import Redis
+
+from seckill import holds, vouchers
+from seckill.edge.state import EdgeState, Noticed, StateQueue, claim
+from seckill.expiry import ExpiryMessage
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import to_ms
+from seckill.press.gate import Gate
+from seckill_local.template import Template
+from tests.helpers import Hold, accept, closed_port, drain, fresh, invoke, overdue, sqs_record
+
+
+@pytest.fixture
+def edge_queue(sqs: Any) -> Iterator[str]:
+    """A queue of the test's own, standing for EdgeStateQueue."""
+    url: str = sqs.create_queue(QueueName=f"edge-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    yield url
+    sqs.delete_queue(QueueUrl=url)
+
+
+@pytest.fixture
+def edge(sqs: Any, edge_queue: str) -> StateQueue:
+    return StateQueue(sqs, edge_queue)
+
+
+@pytest.fixture
+def voucher(make_voucher: Callable[..., int], redis: Any) -> Iterator[Callable[..., int]]:
+    """``make_voucher``, and the vouchers' edge hashes removed afterwards."""
+    made: list[int] = []
+
+    def make(**options: Any) -> int:
+        made.append(make_voucher(**options))
+        return made[-1]
+
+    yield make
+    for voucher_id in made:
+        redis.delete(keys.edge(voucher_id))
+
+
+def sent(sqs: Any, url: str) -> list[EdgeState]:
+    return [EdgeState.from_message(m["Body"]) for m in drain(sqs, url)]
+
+
+def test_window_on_creation(voucher: Callable[..., int], redis: Any, scripts: Scripts) -> None:
+    begin = datetime.now(UTC) + timedelta(minutes=5)
+    voucher_id = voucher(stock=3, begin=begin, end=begin + timedelta(hours=1))
+    state = claim(scripts, voucher_id)
+    assert state is not None
+    assert (state.voucher_id, state.begin, state.end) == (voucher_id, to_ms(begin), to_ms(begin + timedelta(hours=1)))
+    assert (state.sold_out, state.stopped) == (False, False)
+    assert int(redis.hget(keys.edge(voucher_id), "v")) == state.v
+    assert claim(scripts, voucher_id) is None  # nothing changed since
+
+
+def test_one_claim_per_change_under_concurrent_claimers(
+    voucher: Callable[..., int], scripts: Scripts, gate: Gate, redis: Any
+) -> None:
+    voucher_id = voucher(stock=1)
+    claims: list[EdgeState | None] = []
+    start = threading.Barrier(16)
+
+    def claimer() -> None:
+        start.wait()
+        claims.append(claim(scripts, voucher_id))
+
+    def race() -> list[EdgeState]:
+        claims.clear()
+        threads = [threading.Thread(target=claimer) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [c for c in claims if c is not None]
+
+    (first,) = race()
+    accept(gate, redis, voucher_id)  # the last unit
+    (second,) = race()
+    assert (first.sold_out, second.sold_out) == (False, True)
+    assert second.v > first.v
+    assert race() == []
+
+
+def test_sold_out_after_the_last_unit_then_cleared_by_a_cancel(
+    sell: Callable[..., list[Hold]],
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    sqs: Any,
+    edge_queue: str,
+    edge: StateQueue,
+) -> None:
+    (hold,) = sell(count=1, stock=1)
+    try:
+        assert edge.notice(scripts, hold.voucher_id) is Noticed.SENT
+        (sold_out,) = sent(sqs, edge_queue)
+        assert sold_out.sold_out
+        cancelled = holds.cancel(db, redis, scripts, hold.order_id, hold.user_id, edge=edge)
+        assert isinstance(cancelled, dict)
+        (cleared,) = sent(sqs, edge_queue)
+        assert not cleared.sold_out
+        assert cleared.v > sold_out.v
+    finally:
+        redis.delete(keys.edge(hold.voucher_id))
+
+
+def test_stopped(voucher: Callable[..., int], db: Database, redis: Any, scripts: Scripts) -> None:
+    voucher_id = voucher(stock=3)
+    assert claim(scripts, voucher_id) is not None
+    vouchers.stop_seckill_voucher(db, redis, voucher_id)
+    state = claim(scripts, voucher_id)
+    assert state is not None
+    assert (state.stopped, state.begin, state.end) == (True, 0, 0)
+
+
+def test_provisional_or_missing_voucher_is_not_claimed(redis: Any, scripts: Scripts) -> None:
+    voucher_id = 10**12 + uuid.uuid4().int % 10**9
+    assert claim(scripts, voucher_id) is None
+    now = datetime.now(UTC)
+    vouchers.preload(redis, voucher_id, 5, now, now + timedelta(hours=1), provisional=True)
+    try:
+        assert claim(scripts, voucher_id) is None
+        assert not redis.exists(keys.edge(voucher_id))
+        vouchers.make_final(redis, voucher_id)
+        assert claim(scripts, voucher_id) is not None
+    finally:
+        redis.delete(*keys.voucher_keys(voucher_id), keys.edge(voucher_id))
+
+
+def test_one_message_per_change_under_concurrent_notices(
+    voucher: Callable[..., int], scripts: Scripts, sqs: Any, edge_queue: str, edge: StateQueue
+) -> None:
+    voucher_id = voucher(stock=3)
+    noticed: list[Noticed] = []
+    threads = [threading.Thread(target=lambda: noticed.append(edge.notice(scripts, voucher_id))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(n.value for n in noticed) == sorted(["sent"] + ["unchanged"] * 7)
+    assert [s.voucher_id for s in sent(sqs, edge_queue)] == [voucher_id]
+
+
+def test_a_failed_send_gives_the_claim_back(
+    voucher: Callable[..., int], redis: Any, scripts: Scripts, sqs: Any, edge_queue: str, edge: StateQueue
+) -> None:
+    voucher_id = voucher(stock=3)
+    metrics = Metrics(namespace="SeckillTest")
+    lost = StateQueue(sqs, f"{edge_queue}-that-does-not-exist", metrics)
+    assert lost.notice(scripts, voucher_id) is Noticed.FAILED
+    assert metrics.metric_set["EdgeStateNotSent"]["Value"] == [1.0]
+    version = int(redis.hget(keys.edge(voucher_id), "v"))
+    assert redis.hget(keys.edge(voucher_id), "state") is None  # given back, version kept
+    # The next notice claims the same state again, under a newer version, and sends it.
+    assert edge.notice(scripts, voucher_id) is Noticed.SENT
+    (state,) = sent(sqs, edge_queue)
+    assert state.v > version
+    metrics.clear_metrics()
+
+
+def test_the_sweep_sends_a_lost_state_again(
+    voucher: Callable[..., int], scripts: Scripts, sqs: Any, edge_queue: str, edge: StateQueue
+) -> None:
+    voucher_id, other = voucher(stock=3), voucher(stock=2)
+    lost = claim(scripts, voucher_id)  # claimed; its message never reached the queue
+    assert lost is not None
+    assert edge.sweep(scripts, [voucher_id, other, voucher_id]) == 0
+    swept = {s.voucher_id: s for s in sent(sqs, edge_queue)}
+    assert swept[voucher_id] == lost  # the same version: the publisher writes it once
+    assert set(swept) == {voucher_id, other}
+
+
+def test_no_queue_url_asks_nothing_of_redis(voucher: Callable[..., int]) -> None:
+    dead = Scripts.register(Redis(port=closed_port(), socket_connect_timeout=0.2))
+    off = StateQueue(None, "")
+    assert off.notice(dead, voucher(stock=1)) is Noticed.OFF
+    assert off.sweep(dead, [1, 2]) == 0
+    # With a queue, the same Redis fails the notice, which still does not raise.
+    assert StateQueue(None, "http://127.0.0.1:1/queue").notice(dead, 1) is Noticed.FAILED
+
+
+def test_the_persister_notices_each_voucher_of_its_batch(
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+    context: Any,
+    voucher: Callable[..., int],
+    gate: Gate,
+    redis: Any,
+    sqs: Any,
+    edge_queue: str,
+    queues: dict[str, str],
+) -> None:
+    voucher_id = voucher(stock=2)
+    orders = [accept(gate, redis, voucher_id) for _ in range(2)]
+    persister = fresh(
+        template,
+        "OrderPersisterFunction",
+        monkeypatch,
+        EDGE_STATE_QUEUE_URL=edge_queue,
+        ORDER_EXPIRY_QUEUE_URL=queues["OrderExpiryQueue"],
+    )
+    records = [sqs_record(m.to_json(), "order_persister_batch.json") for m in orders]
+    assert invoke(persister, context, "order_persister_batch.json", *records) == set()
+    (state,) = sent(sqs, edge_queue)  # one claim for the batch's voucher
+    assert (state.voucher_id, state.sold_out) == (voucher_id, True)
+
+
+def test_the_expiry_function_clears_sold_out(
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+    context: Any,
+    sell: Callable[..., list[Hold]],
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    sqs: Any,
+    edge_queue: str,
+) -> None:
+    (hold,) = sell(count=1, stock=1, hold_seconds=10)
+    try:
+        assert claim(scripts, hold.voucher_id) is not None  # sold out, published
+        overdue(db, hold)
+        expiry = fresh(template, "OrderExpiryFunction", monkeypatch, EDGE_STATE_QUEUE_URL=edge_queue)
+        message = ExpiryMessage(hold.order_id, hold.voucher_id, hold.user_id, datetime.now(UTC))
+        assert invoke(expiry, context, "order_expiry.json", sqs_record(message.to_json(), "order_expiry.json")) == set()
+        (state,) = sent(sqs, edge_queue)
+        assert not state.sold_out
+    finally:
+        redis.delete(keys.edge(hold.voucher_id))
