@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=args.edge)
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-            with console.status("starting moto SQS, the local HTTP API, the edge and the queue feeder..."):
+            with console.status("starting moto SQS, the local HTTP API (and edge) and the queue feeder..."):
                 stack.start()
             console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
             if stack.edge is not None:

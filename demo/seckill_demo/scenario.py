@@ -25,6 +25,7 @@ import urllib3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from seckill.edge.state import StateQueue
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill.infra.lua_scripts import Scripts
@@ -43,6 +44,7 @@ from seckill_local.sqs import sqs_client
 
 console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
+EDGE_STATE_QUEUE = "EdgeStateQueue"
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
@@ -173,8 +175,11 @@ class LocalSale(Sale):
         sqs = sqs_client(stack.sqs_endpoint)
         queues = {name: sqs.get_queue_url(QueueName=name)["QueueUrl"] for name in QUEUES}
         super().__init__(args, stack.api_url, http, AdminClient(http, stack.api_url), sqs, queues)
+        edge_queue = ""
         if stack.edge is not None:
             self.press_url = stack.edge.url
+            edge_queue = sqs.get_queue_url(QueueName=EDGE_STATE_QUEUE)["QueueUrl"]
+        self.edge_states = StateQueue(sqs, edge_queue)  # no queue URL: sends nothing
         self.stack = stack
         self.redis = redis
         self.db = db
@@ -242,6 +247,9 @@ class LocalSale(Sale):
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
+        # As ReconcilerFunction does: the sale's state sent to the edge again (a unit released
+        # or rebuilt here is on sale again; only this tells the edge).
+        self.edge_states.sweep(self.scripts, [self.voucher_id])
         return {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
 
     def failed_reasons(self) -> dict[str, int]:
