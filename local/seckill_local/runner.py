@@ -3,11 +3,15 @@
   seckill-local start-sqs                     moto SQS server + the template's queues
   seckill-local invoke LogicalId -e event.json --env-vars events/env.json
   seckill-local start-api --env-vars events/env.json      the HTTP API on localhost
+  seckill-local start-api --edge --env-vars events/env.json   ... behind the local edge
   seckill-local start-lambda --env-vars events/env.json   Lambda's Invoke API on localhost
   seckill-local feed --env-vars events/env.json           OrderQueue -> persister, OrderExpiryQueue -> expiry
   seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.
+--edge (or EDGE_KVS_ARN in the env-vars file's Parameters) runs with the edge: the
+functions tell EdgeStateQueue of each state change, feed runs EdgePublisherFunction,
+and start-api serves the user routes through the CloudFront Function too.
 SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
 is called in each function's container as it starts, with the function's logical id
 and the container's number.
@@ -34,11 +38,19 @@ from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.checkout import TEMPLATE
+from seckill_local.edge import FUNCTION, EdgeServer, kvs_environment
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
+from seckill_local.node import MISSING, node
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, local_region, sqs_client
 from seckill_local.template import Function, Template
+
+DEFAULT_EDGE_PORT = 3002
+DEFAULT_KVS_PORT = 4568
+DEFAULT_KVS_ENDPOINT = f"http://127.0.0.1:{DEFAULT_KVS_PORT}"
+EDGE_QUEUE = "EdgeStateQueue"
+EDGE_QUEUE_VARIABLE = "EDGE_STATE_QUEUE_URL"
 
 
 class Runner:
@@ -50,6 +62,8 @@ class Runner:
         self.endpoint = args.sqs_endpoint
         self.prefix = args.queue_prefix
         self.visibility_timeout = getattr(args, "visibility_timeout", None)
+        self.edge = bool(getattr(args, "edge", False) or self.env_vars.get("Parameters", {}).get("EDGE_KVS_ARN"))
+        self.kvs_endpoint: str = getattr(args, "kvs_endpoint", None) or DEFAULT_KVS_ENDPOINT
         self._queues: dict[str, str] | None = None
 
     @property
@@ -75,7 +89,15 @@ class Runner:
         refs.update(self.env_vars.get("Parameters", {}))
         refs.update(self.queues())
         env = {**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": self.endpoint, "POWERTOOLS_TRACE_DISABLED": "true"}
+        if self.edge and "EDGE_KVS_ARN" in fn.environment:
+            # The publisher writes the local edge's store (the env-vars file may name another ARN).
+            env.update(kvs_environment(self.kvs_endpoint))
         env.update(function_environment(self.template, fn, refs, self.env_vars))
+        if EDGE_QUEUE_VARIABLE in fn.environment:
+            # Whatever condition the template puts on it: a local run has an edge when asked for;
+            # without one the functions send no notices (nothing would publish them).
+            edge_queue = self.queues().get(EDGE_QUEUE) if self.edge else None
+            env[EDGE_QUEUE_VARIABLE] = edge_queue or ""
         return env
 
     def pool(self, logical_id: str, containers: int) -> FunctionPool:
@@ -116,6 +138,8 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 
 def cmd_start_api(args: argparse.Namespace) -> int:
+    if args.edge and node() is None:
+        raise SystemExit(MISSING)
     runner = Runner(args)
     pools: dict[str, FunctionPool] = {}
     # One pool per function (not per route): setdefault would build, and leak, a pool per route.
@@ -129,12 +153,23 @@ def cmd_start_api(args: argparse.Namespace) -> int:
         pool.warm()
     server = make_server(LocalHttpApi(runner.template, pools), args.host, args.port, verbose=args.verbose)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    api_url = f"http://{args.host}:{server.server_port}"
+    edge = None
+    if args.edge:
+        edge = EdgeServer(api_url, port=args.edge_port, kvs_port=args.kvs_port, host=args.host)
     for route, fn in runner.template.routes():
-        print(f"  {route.method:<5} http://{args.host}:{args.port}{route.path}  -> {fn.logical_id} ({route.auth})")
-    print(f"HTTP API listening on http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
+        print(f"  {route.method:<5} {api_url}{route.path}  -> {fn.logical_id} ({route.auth})")
+    print(f"HTTP API listening on {api_url}", flush=True)
+    if edge:
+        print(f"edge listening on {edge.url}: {FUNCTION.name} in front of every route", flush=True)
+        print(f"  its KeyValueStore {edge.kvs_arn} at {edge.kvs_endpoint}", flush=True)
+        print(f"  publish to it with: seckill-local feed --edge --kvs-endpoint {edge.kvs_endpoint}", flush=True)
+    print("(Ctrl-C to stop)", flush=True)
     try:
         _wait_for_signal()
     finally:
+        if edge:
+            edge.stop()
         server.shutdown()
         for pool in pools.values():
             pool.close()
@@ -162,6 +197,8 @@ def cmd_feed(args: argparse.Namespace) -> int:
     for fn in runner.template.functions.values():
         for source in fn.sqs_events:
             queue_id = source["Queue"]["Fn::GetAtt"][0]
+            if queue_id == EDGE_QUEUE and not runner.edge:
+                continue  # no edge to publish to
             concurrency = runner.resolve_int((source.get("ScalingConfig") or {}).get("MaximumConcurrency"), 2)
             batch_size = runner.resolve_int(source.get("BatchSize"), 10)
             pool = runner.pool(fn.logical_id, concurrency)
@@ -276,6 +313,14 @@ def parser() -> argparse.ArgumentParser:
         help="SQS endpoint (default: $AWS_ENDPOINT_URL_SQS or %(default)s)",
     )
     common.add_argument("--queue-prefix", default="", help="prefix for local queue names (isolates runs)")
+    common.add_argument(
+        "--edge", action="store_true", help="run with the local edge (also on when the env-vars file sets EDGE_KVS_ARN)"
+    )
+    common.add_argument(
+        "--kvs-endpoint",
+        default=DEFAULT_KVS_ENDPOINT,
+        help="where start-api --edge serves the edge's KeyValueStore (default: %(default)s)",
+    )
 
     top = argparse.ArgumentParser(
         prog="seckill-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -299,6 +344,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("start-api", parents=[common, server], help="serve the HTTP API with its authorizer")
     p.add_argument("--port", "-p", type=int, default=3000)
+    p.add_argument(
+        "--edge-port", type=int, default=DEFAULT_EDGE_PORT, help="the edge's port, with --edge (%(default)s)"
+    )
+    p.add_argument(
+        "--kvs-port", type=int, default=DEFAULT_KVS_PORT, help="its KeyValueStore's port, with --edge (%(default)s)"
+    )
     p.add_argument("--containers", type=int, default=4, help="warm containers of the API function (default 4)")
     p.set_defaults(run=cmd_start_api)
 

@@ -1,0 +1,141 @@
+"""The edge on this machine: ``server.mjs`` on Node.js runs the CloudFront Function
+``edge/press.js`` in front of the local API and hosts an in-memory stand-in of its
+KeyValueStore, which the publisher writes with the ``cloudfront-keyvaluestore`` API.
+
+    with EdgeServer(upstream="http://127.0.0.1:3000") as edge:
+        edge.url           # the viewer side: what CloudFront's domain would be
+        edge.kvs_endpoint  # the store's listener
+        edge.environment() # what a function needs to write the store with boto3
+
+boto3 sends every call of that API to ``<the ARN's account>.<the endpoint's host>``
+(its endpoint rules put the account first, even before a custom endpoint), a name
+that resolves to nothing locally. So the client is given a name of its own
+(``KVS_ENDPOINT``) and the store's listener as its HTTP proxy: the listener serves the
+requests a proxy receives as it serves direct ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from seckill_local.checkout import ROOT
+from seckill_local.node import MISSING, node
+
+SERVER = Path(__file__).resolve().parent / "server.mjs"
+FUNCTION = ROOT / "edge" / "press.js"
+# The one store of a local run; its account is no one's.
+KVS_ARN = "arn:aws:cloudfront::000000000000:key-value-store/seckill-local"
+# The name the client is configured with; .test is reserved for testing (RFC 2606).
+KVS_ENDPOINT = "http://cloudfront-kvs.seckill.test"
+READY = re.compile(r"edge listening on (http://\S+) \(kvs (http://\S+)\)")
+
+
+@dataclass(frozen=True)
+class EdgeStats:
+    """Presses the function answered itself, and requests it forwarded to the API."""
+
+    answered: int
+    forwarded: int
+    failed: int
+
+
+class EdgeServer:
+    """``server.mjs`` as a child process, stopped with the context (or ``stop()``)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        port: int = 0,
+        kvs_port: int = 0,
+        host: str = "127.0.0.1",
+        function: Path = FUNCTION,
+        kvs_arn: str = KVS_ARN,
+        timeout: float = 30,
+    ) -> None:
+        path = node()
+        if path is None:
+            raise RuntimeError(MISSING)
+        self.kvs_arn = kvs_arn
+        command = [
+            str(path),
+            str(SERVER),
+            *("--function", str(function), "--upstream", upstream, "--kvs-arn", kvs_arn),
+            *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port)),
+        ]
+        # Our own script with our own arguments; a session of its own so stop() reaches it whole.
+        self.process = subprocess.Popen(  # noqa: S603
+            command, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        self.url, self.kvs_endpoint = self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> tuple[str, str]:
+        lines: queue.Queue[str] = queue.Queue()
+        assert self.process.stdout is not None
+        stdout = self.process.stdout
+
+        def read() -> None:
+            # Past the ready line the server prints nothing; reading on keeps its pipe open.
+            for line in stdout:
+                lines.put(line)
+            lines.put("")
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError(f"the edge server did not come up within {timeout:.0f} s") from None
+        found = READY.search(line)
+        if found is None:
+            code = self.process.wait(timeout=5) if not line else None
+            self.stop()
+            raise RuntimeError(f"the edge server did not start (exit code {code}, said {line.strip()!r})")
+        return found[1], found[2]
+
+    def stats(self) -> EdgeStats:
+        with urllib.request.urlopen(f"{self.kvs_endpoint}/__edge/stats", timeout=10) as answer:  # noqa: S310
+            counts = json.load(answer)
+        return EdgeStats(answered=counts["answered"], forwarded=counts["forwarded"], failed=counts["failed"])
+
+    def environment(self) -> dict[str, str]:
+        """What EdgePublisherFunction needs to write this server's store."""
+        return kvs_environment(self.kvs_endpoint, self.kvs_arn)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def __enter__(self) -> EdgeServer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
+    """The environment under which a plain ``boto3.client("cloudfront-keyvaluestore")``
+    writes the local store listening at ``listener``; other local endpoints stay direct."""
+    return {
+        "EDGE_KVS_ARN": kvs_arn,
+        "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": KVS_ENDPOINT,
+        "HTTP_PROXY": listener,
+        "NO_PROXY": "127.0.0.1,localhost",
+    }

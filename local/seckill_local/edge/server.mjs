@@ -1,0 +1,352 @@
+// The edge on this machine: a CloudFront Function in front of the local API, and an
+// in-memory stand-in of the KeyValueStore it reads, with the cloudfront-keyvaluestore
+// REST API (botocore's 2022-07-26 model) that the publisher writes through.
+//
+//   node server.mjs --function edge/press.js --upstream http://127.0.0.1:3000 \
+//        --port 8080 --kvs-port 8081 --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
+//
+// Port 0 picks a free port; the ready line names the ports bound.
+import http from 'node:http';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { loadFunction } from './cloudfront.mjs';
+
+const { values: args } = parseArgs({
+  options: {
+    function: { type: 'string' },
+    upstream: { type: 'string' },
+    port: { type: 'string', default: '0' },
+    'kvs-port': { type: 'string', default: '0' },
+    'kvs-arn': { type: 'string' },
+    host: { type: 'string', default: '127.0.0.1' },
+  },
+});
+for (const name of ['function', 'upstream', 'kvs-arn']) {
+  if (!args[name]) {
+    console.error(`server.mjs: --${name} is required`);
+    process.exit(2);
+  }
+}
+
+// CloudFront's documented limits on a key value store: key 512 bytes, value 1 KB,
+// the whole store 5 MB.
+const MAX_KEY_BYTES = 512;
+const MAX_VALUE_BYTES = 1024;
+const MAX_STORE_BYTES = 5 * 1024 * 1024;
+const MAX_LIST = 50; // ListKeys' MaxResults, at most (the model's bound)
+
+// ---- The store -------------------------------------------------------------
+
+const store = {
+  arn: args['kvs-arn'],
+  items: new Map(),
+  bytes: 0,
+  etag: newEtag(),
+  created: Date.now() / 1000,
+  modified: Date.now() / 1000,
+  get: (key) => store.items.get(key),
+};
+
+function newEtag() {
+  return `ET${randomBytes(6).toString('hex').toUpperCase()}`;
+}
+
+function size(key, value) {
+  return Buffer.byteLength(key) + Buffer.byteLength(value);
+}
+
+class ApiError extends Error {
+  constructor(status, type, message) {
+    super(message);
+    this.status = status;
+    this.type = type;
+  }
+}
+
+const validation = (message) => new ApiError(400, 'ValidationException', message);
+
+function checkKey(key) {
+  const bytes = Buffer.byteLength(key);
+  if (bytes < 1 || bytes > MAX_KEY_BYTES) throw validation(`Key must be 1 to ${MAX_KEY_BYTES} bytes, is ${bytes}`);
+}
+
+function checkValue(value) {
+  if (typeof value !== 'string') throw validation('Value is required');
+  const bytes = Buffer.byteLength(value);
+  if (bytes > MAX_VALUE_BYTES) throw validation(`Value must be at most ${MAX_VALUE_BYTES} bytes, is ${bytes}`);
+}
+
+function checkEtag(ifMatch) {
+  if (!ifMatch) throw validation('If-Match is required');
+  if (ifMatch !== store.etag) {
+    throw new ApiError(409, 'ConflictException', 'Pre-Condition failed: the ETag does not match the store');
+  }
+}
+
+// Puts and deletes applied together or not at all; one new ETag for the write.
+function write(puts, deletes) {
+  let bytes = store.bytes;
+  for (const key of deletes) {
+    if (!store.items.has(key)) throw new ApiError(404, 'ResourceNotFoundException', `Key ${key} not found`);
+    bytes -= size(key, store.items.get(key));
+  }
+  for (const { Key: key, Value: value } of puts) {
+    checkKey(key);
+    checkValue(value);
+    const old = store.items.get(key);
+    bytes += size(key, value) - (old === undefined ? 0 : size(key, old));
+  }
+  if (bytes > MAX_STORE_BYTES) {
+    throw new ApiError(402, 'ServiceQuotaExceededException', `The store would hold ${bytes} bytes, over ${MAX_STORE_BYTES}`);
+  }
+  for (const key of deletes) store.items.delete(key);
+  for (const { Key: key, Value: value } of puts) store.items.set(key, value);
+  store.bytes = bytes;
+  store.etag = newEtag();
+  store.modified = Date.now() / 1000;
+  return [200, { ItemCount: store.items.size, TotalSizeInBytes: store.bytes }, { ETag: store.etag }];
+}
+
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+function jsonBody(raw) {
+  if (raw.length === 0) return {};
+  try {
+    return JSON.parse(raw.toString('utf8'));
+  } catch {
+    throw new ApiError(400, 'ValidationException', 'The request body is not JSON');
+  }
+}
+
+// One operation of the API: [status, body, headers].
+async function kvsOperation(req) {
+  const url = new URL(req.url, 'http://kvs');
+  const parts = url.pathname.split('/').slice(1).map(decodeURIComponent);
+  if (parts[0] !== 'key-value-stores' || parts.length < 2 || parts.length > 4 || (parts.length > 2 && parts[2] !== 'keys')) {
+    throw new ApiError(404, 'ResourceNotFoundException', `No operation at ${url.pathname}`);
+  }
+  if (!req.headers.authorization) throw new ApiError(403, 'AccessDeniedException', 'The request is not signed');
+  if (parts[1] !== store.arn) throw new ApiError(404, 'ResourceNotFoundException', `No key value store ${parts[1]}`);
+  const body = jsonBody(await readBody(req));
+  const key = parts[3];
+  const counts = { ItemCount: store.items.size, TotalSizeInBytes: store.bytes };
+  const route = `${req.method} ${parts.length === 2 ? 'store' : key === undefined ? 'keys' : 'key'}`;
+  switch (route) {
+    case 'GET store': // DescribeKeyValueStore
+      return [
+        200,
+        { ...counts, KvsARN: store.arn, Created: store.created, LastModified: store.modified, Status: 'READY' },
+        { ETag: store.etag },
+      ];
+    case 'GET key': {
+      // GetKey
+      const value = store.items.get(key);
+      if (value === undefined) throw new ApiError(404, 'ResourceNotFoundException', `Key ${key} not found`);
+      return [200, { Key: key, Value: value, ...counts }, {}];
+    }
+    case 'PUT key': // PutKey
+      checkEtag(req.headers['if-match']);
+      return write([{ Key: key, Value: body.Value }], []);
+    case 'DELETE key': // DeleteKey
+      checkEtag(req.headers['if-match']);
+      return write([], [key]);
+    case 'POST keys': // UpdateKeys
+      checkEtag(req.headers['if-match']);
+      return write(body.Puts ?? [], (body.Deletes ?? []).map((item) => item.Key));
+    case 'GET keys': {
+      // ListKeys: in key order; the token is the offset of the next page.
+      const max = Number(url.searchParams.get('MaxResults') ?? MAX_LIST);
+      if (!Number.isInteger(max) || max < 1 || max > MAX_LIST) throw validation(`MaxResults must be 1 to ${MAX_LIST}`);
+      const start = Number(url.searchParams.get('NextToken') ?? 0);
+      if (!Number.isInteger(start) || start < 0) throw validation('NextToken is not one this store gave');
+      const keys = [...store.items.keys()].sort();
+      const page = keys.slice(start, start + max).map((k) => ({ Key: k, Value: store.items.get(k) }));
+      const next = start + max < keys.length ? { NextToken: String(start + max) } : {};
+      return [200, { Items: page, ...next }, {}];
+    }
+    default:
+      throw new ApiError(405, 'ValidationException', `No operation ${route}`);
+  }
+}
+
+function send(res, status, headers, body) {
+  res.writeHead(status, { 'content-length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+const stats = { answered: 0, forwarded: 0, failed: 0 };
+
+const kvsServer = http.createServer(async (req, res) => {
+  if (req.method === 'GET' && req.url === '/__edge/stats') {
+    send(res, 200, { 'content-type': 'application/json' }, JSON.stringify(stats));
+    return;
+  }
+  const requestId = randomUUID();
+  try {
+    const [status, body, headers] = await kvsOperation(req);
+    send(res, status, { 'content-type': 'application/json', 'x-amzn-requestid': requestId, ...headers }, JSON.stringify(body));
+  } catch (error) {
+    if (!(error instanceof ApiError)) {
+      console.error('kvs:', error);
+      error = new ApiError(500, 'InternalServerException', 'The key value store failed');
+    }
+    // The error shape botocore's rest-json parser reads: the type in the header and __type.
+    send(
+      res,
+      error.status,
+      { 'content-type': 'application/json', 'x-amzn-errortype': error.type, 'x-amzn-requestid': requestId },
+      JSON.stringify({ __type: error.type, Message: error.message }),
+    );
+  }
+});
+
+// ---- The viewer side -------------------------------------------------------
+
+const handler = loadFunction(args.function, store);
+const upstream = new URL(args.upstream);
+const agent = new http.Agent({ keepAlive: true });
+// Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, not to the request.
+const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+
+function viewerRequest(req) {
+  const url = new URL(req.url, 'http://viewer');
+  const querystring = {};
+  // Values as they came on the wire, as CloudFront hands them to a function.
+  for (const pair of url.search.slice(1).split('&').filter(Boolean)) {
+    const at = pair.indexOf('=');
+    const [name, value] = at < 0 ? [pair, ''] : [pair.slice(0, at), pair.slice(at + 1)];
+    add(querystring, name, value);
+  }
+  const headers = {};
+  const cookies = {};
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i].toLowerCase();
+    const value = req.rawHeaders[i + 1];
+    if (name === 'cookie') {
+      for (const cookie of value.split(';')) {
+        const at = cookie.indexOf('=');
+        if (at > 0) add(cookies, cookie.slice(0, at).trim(), cookie.slice(at + 1).trim());
+      }
+    } else if (!HOP.has(name)) {
+      add(headers, name, value);
+    }
+  }
+  return { method: req.method, uri: url.pathname, querystring, headers, cookies };
+}
+
+// Repeated names: the first value, and all of them in multiValue (CloudFront's shape).
+function add(into, name, value) {
+  const entry = into[name];
+  if (entry === undefined) into[name] = { value };
+  else (entry.multiValue ??= [{ value: entry.value }]).push({ value });
+}
+
+function values(entry) {
+  return (entry.multiValue ?? [entry]).map((item) => item.value);
+}
+
+function forward(req, res, request) {
+  const query = Object.entries(request.querystring ?? {}).flatMap(([name, entry]) =>
+    values(entry).map((value) => (value === '' ? name : `${name}=${value}`)),
+  );
+  const headers = {};
+  for (const [name, entry] of Object.entries(request.headers ?? {})) headers[name] = values(entry).join(', ');
+  const cookies = Object.entries(request.cookies ?? {}).flatMap(([name, entry]) => values(entry).map((v) => `${name}=${v}`));
+  if (cookies.length) headers.cookie = cookies.join('; ');
+  headers.host = upstream.host;
+  const out = http.request(
+    {
+      host: upstream.hostname,
+      port: upstream.port,
+      method: req.method,
+      path: request.uri + (query.length ? `?${query.join('&')}` : ''),
+      headers,
+      agent,
+    },
+    (answer) => {
+      const back = {};
+      for (const [name, value] of Object.entries(answer.headers)) if (!HOP.has(name)) back[name] = value;
+      res.writeHead(answer.statusCode, back);
+      answer.pipe(res);
+    },
+  );
+  out.on('error', (error) => {
+    console.error('upstream:', error.message);
+    if (!res.headersSent) send(res, 502, { 'content-type': 'text/plain' }, 'Bad Gateway');
+    else res.destroy();
+  });
+  req.pipe(out);
+}
+
+function answer(req, res, response) {
+  const headers = {};
+  for (const [name, entry] of Object.entries(response.headers ?? {})) headers[name] = values(entry);
+  const cookies = Object.entries(response.cookies ?? {}).map(([name, entry]) => `${name}=${entry.value}`);
+  if (cookies.length) headers['set-cookie'] = cookies;
+  let body = response.body ?? '';
+  if (typeof body === 'object') body = Buffer.from(body.data, body.encoding === 'base64' ? 'base64' : 'utf8');
+  req.resume(); // the body nobody reads, drained so the connection stays usable
+  send(res, response.statusCode, headers, body);
+}
+
+const viewerServer = http.createServer(async (req, res) => {
+  const event = {
+    version: '1.0',
+    context: {
+      distributionDomainName: req.headers.host ?? 'localhost',
+      distributionId: 'LOCAL',
+      eventType: 'viewer-request',
+      requestId: randomUUID(),
+    },
+    viewer: { ip: req.socket.remoteAddress },
+    request: viewerRequest(req),
+  };
+  let result;
+  try {
+    result = await handler(event);
+  } catch (error) {
+    // CloudFront answers 503 when a function fails.
+    stats.failed += 1;
+    console.error('function:', error);
+    req.resume();
+    send(res, 503, { 'content-type': 'text/plain' }, 'The CloudFront function failed');
+    return;
+  }
+  if (result && typeof result.statusCode === 'number') {
+    stats.answered += 1;
+    answer(req, res, result);
+  } else {
+    stats.forwarded += 1;
+    forward(req, res, result ?? event.request);
+  }
+});
+
+// The demo's presses come in thousands over kept-alive connections.
+for (const server of [viewerServer, kvsServer]) server.keepAliveTimeout = 65_000;
+
+function listen(server, port) {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(port), args.host, () => resolve(server.address().port));
+  });
+}
+
+const viewerPort = await listen(viewerServer, args.port);
+const kvsPort = await listen(kvsServer, args['kvs-port']);
+console.log(`edge listening on http://${args.host}:${viewerPort} (kvs http://${args.host}:${kvsPort})`);
+
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.on(signal, () => {
+    viewerServer.close();
+    kvsServer.close();
+    agent.destroy();
+    process.exit(0);
+  });
+}
