@@ -279,6 +279,8 @@ def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], p
     sellouts, returns = watch.episodes()
     marks = [(at, "sold out (Redis)") for at, _ in sellouts] + [(at, "units back") for at, _ in returns]
     marks += [(at, "flag cleared") for _, at in returns if at is not None]
+    if figures["last_202_at_s"] is not None:
+        marks.append((figures["last_202_at_s"], "last 202 of the first sell-out"))
     if figures["first_edge_sold_out_at_s"] is not None:
         marks.append((figures["first_edge_sold_out_at_s"], "first SOLD_OUT at the edge"))
     for i, (at, label) in enumerate(sorted(marks)):
@@ -288,12 +290,19 @@ def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], p
     ax.set_xlabel("seconds since the sale opened (when the press was sent)")
     ax.set_ylabel(f"presses per {BIN * 1000:.0f} ms")
     ax.set_title(title)
-    ax.legend(loc="upper right")
+    ax.legend(loc="best")
     ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return f"edge plot: {path}"
+
+
+def since(now: dict[str, int] | None, before: dict[str, int] | None) -> dict[str, int] | None:
+    """The edge server's counts between two reads of ``/__edge/stats``; None if either failed."""
+    if now is None or before is None:
+        return None
+    return {name: count - before.get(name, 0) for name, count in now.items()}
 
 
 def check_server(presses: list[Press], stats: dict[str, Any] | None) -> Check:

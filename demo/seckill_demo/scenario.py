@@ -35,7 +35,7 @@ from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, Chaos
-from seckill_demo.edge import EdgeWatch, check_edge, check_server, edge_figures, plot_edge
+from seckill_demo.edge import EdgeWatch, check_edge, check_server, edge_figures, plot_edge, since
 from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
@@ -285,6 +285,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge
+    counted = None if edge is None else edge.stats()  # the readiness probes went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         watch = None
         if edge is not None:
@@ -322,7 +323,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
     edge_report, edge_plot, edge_checks = None, "", []
     if edge is not None and watch is not None:
-        stats = edge.stats()
+        stats = since(edge.stats(), counted)
         edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
         edge_checks = [*check_edge(presses, watch, edge_report, first_wave=len(rush)), check_server(presses, stats)]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")

@@ -113,6 +113,9 @@ class LocalStack:
         if self.edge is not None:
             url = f"{self.edge.url}/voucher/list/1"
             self._wait("the local edge", lambda: http.request("GET", url).status == 200)
+            # The sale's first states must reach the store: EdgePublisherFunction fed from the start.
+            log = self.workdir / "feed.log"
+            self._wait("the queue feeder", lambda: FEEDING in log.read_text(encoding="utf-8", errors="replace"))
 
     def pause_feeder(self, paused: bool) -> None:
         """Stop (or resume) the persister's event source mapping, as when its function is throttled."""
@@ -140,6 +143,9 @@ class LocalStack:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+FEEDING = "feeding (Ctrl-C to stop)"  # what `seckill-local feed` says once every queue is fed
 
 
 def port(url: str) -> str:
