@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,38 @@ class Sample:
     sold_out: bool | None  # the KeyValueStore entry's soldOut; None: no entry (or unreadable)
 
 
+@dataclass
+class Run:
+    """Consecutive samples with units on sale, or with none."""
+
+    on_sale: bool
+    start: float
+    end: float  # the next run's first sample, or this run's last
+    samples: list[Sample] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SoldOut:
+    at: float  # Redis stock reached 0
+    flag_at: float | None  # the store first said soldOut; None: not before units came back
+
+    @property
+    def lag_ms(self) -> float | None:
+        return None if self.flag_at is None else (self.flag_at - self.at) * 1000
+
+
+@dataclass(frozen=True)
+class Return:
+    at: float  # Redis stock left 0
+    end: float  # sold out again, or the last sample
+    flagged: bool  # the store said soldOut while these units were on sale (else nothing to clear)
+    cleared_at: float | None  # the store then said not sold out; None: never while they were
+
+    @property
+    def lag_ms(self) -> float | None:
+        return None if self.cleared_at is None else (self.cleared_at - self.at) * 1000
+
+
 class EdgeWatch:
     """Redis stock and the KeyValueStore entry's soldOut every ``SAMPLE_EVERY`` seconds."""
 
@@ -87,27 +119,34 @@ class EdgeWatch:
             if self.stop.wait(SAMPLE_EVERY):
                 return
 
-    def episodes(self) -> tuple[list[tuple[float, float | None]], list[tuple[float, float | None]]]:
-        """(sell-outs, returns): each sell-out is (when Redis stock reached 0, when the store
-        first said soldOut after it, None if never before the stock came back); each return
-        is (when stock went back above 0, when the store first said not sold out, None if never
-        before it sold out again)."""
-        sellouts: list[tuple[float, float | None]] = []
-        returns: list[tuple[float, float | None]] = []
-        out = False
+    def runs(self) -> list[Run]:
+        """The samples cut where Redis stock reaches 0 or leaves it (unreadable stock skipped)."""
+        runs: list[Run] = []
         for s in self.samples:
             if s.stock is None:
                 continue
-            if not out and s.stock == 0:
-                out = True
-                sellouts.append((s.at, None))
-            elif out and s.stock > 0:
-                out = False
-                returns.append((s.at, None))
-            if out and s.sold_out and sellouts[-1][1] is None:
-                sellouts[-1] = (sellouts[-1][0], s.at)
-            if not out and s.sold_out is False and returns and returns[-1][1] is None:
-                returns[-1] = (returns[-1][0], s.at)
+            if not runs or runs[-1].on_sale != (s.stock > 0):
+                if runs:
+                    runs[-1].end = s.at
+                runs.append(Run(s.stock > 0, s.at, s.at))
+            runs[-1].samples.append(s)
+            runs[-1].end = max(runs[-1].end, s.at)
+        return runs
+
+    def episodes(self) -> tuple[list[SoldOut], list[Return]]:
+        """(every sell-out, every return of units after one), with the flag's lags."""
+        runs = self.runs()
+        sellouts = [
+            SoldOut(r.start, next((s.at for s in r.samples if s.sold_out), None)) for r in runs if not r.on_sale
+        ]
+        returns = []
+        for r in runs[1:]:
+            if r.on_sale:
+                flagged = next((i for i, s in enumerate(r.samples) if s.sold_out), None)
+                cleared = None
+                if flagged is not None:
+                    cleared = next((s.at for s in r.samples[flagged:] if s.sold_out is False), None)
+                returns.append(Return(r.start, r.end, flagged is not None, cleared))
         return sellouts, returns
 
     def stock_at(self, at: float) -> tuple[int | None, int | None]:
@@ -138,14 +177,18 @@ def edge_figures(
     forwarded = [p for p in presses if not p.edge and p.status]
     refusals = [p for p in presses if 400 <= p.status < 500]
     sellouts, returns = watch.episodes()
-    sold_out_at = sellouts[0][0] if sellouts else None
+    sold_out_at = sellouts[0].at if sellouts else None
     after = [p for p in presses if sold_out_at is not None and p.sent - started >= sold_out_at]
     first_edge = min((answered_at(p, started) for p in answered if p.code == "SOLD_OUT"), default=None)
-    first_return = returns[0][0] if returns else float("inf")
-    # The first sell-out's last unit: the last 202 answered before any unit came back.
-    wins = [answered_at(p, started) for p in presses[:first_wave] if p.status == 202]
-    last_202 = max((t for t in wins if t < first_return), default=None)
-    clear_lags = [(cleared - back) * 1000 for back, cleared in returns if cleared is not None]
+    # The unit the flag is about: the 202 answered last before the edge first said SOLD_OUT
+    # (without one, the first wave's last, to show when it sold out).
+    wins = [answered_at(p, started) for p in presses if p.status == 202]
+    if first_edge is None:
+        wins = [answered_at(p, started) for p in presses[:first_wave] if p.status == 202]
+    last_202 = max((t for t in wins if first_edge is None or t < first_edge), default=None)
+    flag_lags = [lag for lag in (s.lag_ms for s in sellouts) if lag is not None]
+    flagged = [r for r in returns if r.flagged]
+    clear_lags = [lag for lag in (r.lag_ms for r in flagged) if lag is not None]
     return {
         "answered": len(answered),
         "forwarded": len(forwarded),
@@ -159,11 +202,12 @@ def edge_figures(
         "first_edge_sold_out_at_s": first_edge,
         # The flag's lag as the clients saw it: the first SOLD_OUT answered at the edge after the last unit's 202.
         "flag_lag_ms": None if first_edge is None or last_202 is None else (first_edge - last_202) * 1000,
-        # The same, as the store shows it: Redis stock 0 to the entry's soldOut, sampled.
-        "flag_lag_sampled_ms": None
-        if not sellouts or sellouts[0][1] is None
-        else (sellouts[0][1] - sellouts[0][0]) * 1000,
+        # The same as the store shows it, sampled: Redis stock 0 to the entry's soldOut, the longest of the sale.
+        "flag_lag_sampled_ms": max(flag_lags, default=None),
+        "sellouts": len(sellouts),
+        "sellouts_flagged": len(flag_lags),
         "returns": len(returns),
+        "returns_flagged": len(flagged),  # the others came back before the flag reached the store
         "returns_cleared": len(clear_lags),
         "clear_lag_ms": max(clear_lags, default=None),
         "server": stats or {},
@@ -196,11 +240,11 @@ def check_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], 
             f"function's for their code; the function itself sent {len(theirs)} distinct bodies for those codes",
         ),
     ]
-    sellouts, returns = watch.episodes()
+    _, returns = watch.episodes()
     first_edge = figures["first_edge_sold_out_at_s"]
     if first_edge is not None:
-        # Until a unit comes back (the flag may clear from then on, one sample early at most).
-        until = (returns[0][0] - SAMPLE_EVERY) if returns else float("inf")
+        # Until units come back (the flag may clear from then on, one sample early at most).
+        until = min((r.at for r in returns if r.at > first_edge), default=float("inf")) - SAMPLE_EVERY
         late = [
             p
             for p in presses
@@ -210,41 +254,35 @@ def check_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], 
             Check(
                 "once the edge says SOLD_OUT, only earlier presses reach the function",
                 not late,
-                f"flag at the edge {figures['flag_lag_ms']:.0f} ms after the last 202; {len(late)} presses sent "
-                f"after it reached the function"
-                + (f" (first {late[0].sent - started - first_edge:.3f} s after)" if late else ""),
+                f"first SOLD_OUT at the edge {figures['flag_lag_ms']:,.0f} ms after the last 202 before it; "
+                f"{len(late)} presses sent after it reached the function"
+                + (f" (the first {late[0].sent - started - first_edge:.3f} s after)" if late else ""),
             )
         )
-    if returns:
-        uncleared = [
-            (back, end)
-            for (back, cleared), end in zip(returns, [*(s for s, _ in sellouts[1:]), None], strict=False)
-            if cleared is None and (end is None or end - back > RETURN_CLEARS_WITHIN)
-        ]
+    flagged = [r for r in returns if r.flagged]
+    if flagged:
+        uncleared = [r for r in flagged if r.cleared_at is None and r.end - r.at > RETURN_CLEARS_WITHIN]
         checks.append(
             Check(
                 "the flag clears when units come back",
                 not uncleared,
-                f"{len(returns)} returns, the flag cleared after {figures['returns_cleared']} of them "
-                f"(at most {figures['clear_lag_ms'] or 0:.0f} ms after); {len(uncleared)} on sale "
-                f"over {RETURN_CLEARS_WITHIN:.0f} s without clearing",
+                f"{len(returns)} returns, {len(flagged)} while the store said sold out: it cleared after "
+                f"{figures['returns_cleared']} of them (at most {figures['clear_lag_ms'] or 0:,.0f} ms after); "
+                f"{len(uncleared)} on sale over {RETURN_CLEARS_WITHIN:.0f} s without clearing",
             )
         )
-        # A refusal of a unit on sale is due to the flag's lag: until it cleared, or at most RETURN_CLEARS_WITHIN.
+    if returns:
+        # A refusal of a unit on sale is the flag's lag: until it cleared, or at most RETURN_CLEARS_WITHIN.
         windows = [
-            (back, cleared + SAMPLE_EVERY if cleared is not None else back + RETURN_CLEARS_WITHIN)
-            for back, cleared in returns
+            (r.at, r.cleared_at + SAMPLE_EVERY if r.cleared_at is not None else r.at + RETURN_CLEARS_WITHIN)
+            for r in returns
         ]
         stale = []
         for p in answered:
             at = answered_at(p, started)
             before, after = watch.stock_at(at)
-            if (
-                p.code == "SOLD_OUT"
-                and (before or 0) > 0
-                and (after or 0) > 0
-                and not any(a <= at <= b for a, b in windows)
-            ):
+            on_sale = (before or 0) > 0 and (after or 0) > 0
+            if p.code == "SOLD_OUT" and on_sale and not any(a <= at <= b for a, b in windows):
                 stale.append(p)
         again = [p for p in presses[first_wave:] if not p.edge and p.status]
         checks.append(
@@ -277,10 +315,12 @@ def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], p
     ax.step(x, function, where="post", label="reached the function")
     ax.step(x, edge, where="post", label="answered at the edge")
     sellouts, returns = watch.episodes()
-    marks = [(at, "sold out (Redis)") for at, _ in sellouts] + [(at, "units back") for at, _ in returns]
-    marks += [(at, "flag cleared") for _, at in returns if at is not None]
+    # Every sell-out the flag followed, and every return it had to clear (a sale with holds has many).
+    marks = [(s.at, "sold out (Redis)") for s in sellouts if s.flag_at is not None]
+    marks += [(r.at, "units back") for r in returns if r.flagged]
+    marks += [(r.cleared_at, "flag cleared") for r in returns if r.cleared_at is not None]
     if figures["last_202_at_s"] is not None:
-        marks.append((figures["last_202_at_s"], "last 202 of the first sell-out"))
+        marks.append((figures["last_202_at_s"], "last 202 before it"))
     if figures["first_edge_sold_out_at_s"] is not None:
         marks.append((figures["first_edge_sold_out_at_s"], "first SOLD_OUT at the edge"))
     for i, (at, label) in enumerate(sorted(marks)):

@@ -104,3 +104,19 @@ def test_the_report_shows_the_edge() -> None:
     assert "edge: answered / reached the function" in text
     assert "50.0% / 100.0%" in text
     assert "edge plot: x.png" in text
+
+
+def test_a_unit_back_before_the_flag_has_nothing_to_clear() -> None:
+    # Sold out at 1.0 s, a cancel puts a unit back at 1.1 s before any flag, bought again at 1.5 s;
+    # the flag then comes at 2.5 s, and the edge says SOLD_OUT from 2.6 s.
+    samples = [(0.9, 1, False), (1.0, 0, False), (1.1, 1, False), (1.5, 0, False), (2.5, 0, True), (4.0, 0, True)]
+    early = watch(*samples)
+    presses = [win(0.9), win(1.45), at_function(2.0), at_edge(2.6)]
+    figures = edge_figures(presses, early, None, first_wave=len(presses))
+    assert (figures["sellouts"], figures["sellouts_flagged"]) == (2, 1)
+    assert (figures["returns"], figures["returns_flagged"]) == (1, 0)
+    assert round(figures["flag_lag_sampled_ms"]) == 1000  # from the second sell-out
+    assert round(figures["last_202_at_s"], 2) == 1.46  # the 202 before the first edge SOLD_OUT
+    checks = check_edge(presses, early, figures, first_wave=len(presses))
+    assert "the flag clears when units come back" not in {c.name for c in checks}
+    assert all(c.ok for c in checks)
