@@ -45,6 +45,7 @@ from seckill_demo.deployed import run_deployed_sale
 from seckill_demo.scenario import LocalSale, console, run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
+from seckill_local.node import MISSING, node
 from seckill_local.sqs import LOCAL_AWS
 
 
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         console.print(f"[bold red]{problem}")
         return 2
+    edge = args.edge is not False and node() is not None
+    if args.edge and not edge:
+        console.print(f"[bold red]--edge runs the local edge on Node.js. {MISSING}")
+        return 2
+    if args.edge is None and not edge:
+        console.print(f"[yellow]the sale runs without the edge[/]: {MISSING}")
     migrate(creds)
     console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
     console.print(f"seed {args.seed}")
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
             env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
             vt = 2 if args.chaos else 10
-            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=args.edge)
+            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge)
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
             with console.status("starting moto SQS, the local HTTP API (and edge) and the queue feeder..."):
@@ -163,9 +170,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--edge",
         action=argparse.BooleanOptionalAction,
-        default=True,
         help="press through the local edge (the CloudFront Function and its KeyValueStore, kept current by "
-        "EdgePublisherFunction) and report what it answered (default: on; --no-edge presses the API directly)",
+        "EdgePublisherFunction) and report what it answered (default: on where Node.js 22.5+ is found, as "
+        "`make bench-setup` installs it; --no-edge presses the API directly)",
     )
     p.add_argument(
         "--edge-plot",

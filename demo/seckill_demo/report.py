@@ -273,11 +273,14 @@ def edge_rows(table: Table, edge: dict[str, Any]) -> None:
         f"{edge['share_after_sellout']:.1%} of {edge['presses_after_sellout']:,}",
     )
     table.add_row("edge: SOLD_OUT lag (last 202 -> first at the edge)", ms(edge["flag_lag_ms"]))
-    table.add_row("edge: SOLD_OUT lag (Redis stock 0 -> the store, sampled)", ms(edge["flag_lag_sampled_ms"]))
+    table.add_row(
+        "edge: SOLD_OUT lag (Redis stock 0 -> the store), sell-outs",
+        f"{ms(edge['flag_lag_sampled_ms'])}, {edge['sellouts_flagged']} of {edge['sellouts']} flagged",
+    )
     if edge["returns"]:
         table.add_row(
-            "edge: units back / flag cleared, at most after",
-            f"{edge['returns']} / {edge['returns_cleared']}, {ms(edge['clear_lag_ms'])}",
+            "edge: units back (while flagged) / flag cleared, within",
+            f"{edge['returns']} ({edge['returns_flagged']}) / {edge['returns_cleared']}, {ms(edge['clear_lag_ms'])}",
         )
 
 
