@@ -56,7 +56,7 @@ build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/bui
 services: ## start local Redis and MariaDB if they are not running
 	@scripts/local_services.sh
 
-demo: setup services ## a whole flash sale on this machine, with a report (ARGS="--users 5000 ...")
+demo: bench-setup services ## a whole flash sale on this machine (Node.js for its edge), with a report (ARGS="--users 5000 ...")
 	$(BIN)/seckill-flash-sale $(ARGS)
 
 # Unit tests run with every service out of reach: they must need none.

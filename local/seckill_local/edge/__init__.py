@@ -71,11 +71,12 @@ class EdgeServer:
             str(path),
             str(SERVER),
             *("--function", str(function), "--upstream", upstream, "--kvs-arn", kvs_arn),
-            *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port)),
+            *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port), "--exit-with-stdin"),
         ]
-        # Our own script with our own arguments; a session of its own so stop() reaches it whole.
+        # Our own script with our own arguments. Its stdin is a pipe only we hold: if this
+        # process dies, however, the pipe closes and the server exits.
         self.process = subprocess.Popen(  # noqa: S603
-            command, stdout=subprocess.PIPE, text=True, start_new_session=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
         self.url, self.kvs_endpoint = self._wait_ready(timeout)
 
@@ -133,9 +134,11 @@ class EdgeServer:
 def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
     """The environment under which a plain ``boto3.client("cloudfront-keyvaluestore")``
     writes the local store listening at ``listener``; other local endpoints stay direct."""
+    # Both spellings: where both are set, the lower-case one wins (urllib's getproxies).
+    proxies = {"http_proxy": listener, "no_proxy": "127.0.0.1,localhost"}
     return {
         "EDGE_KVS_ARN": kvs_arn,
         "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": KVS_ENDPOINT,
-        "HTTP_PROXY": listener,
-        "NO_PROXY": "127.0.0.1,localhost",
+        **proxies,
+        **{name.upper(): value for name, value in proxies.items()},
     }

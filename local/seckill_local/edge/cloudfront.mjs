@@ -1,37 +1,44 @@
-// Runs a CloudFront Function (cloudfront-js-2.0) in Node.js: its `import cf from
-// 'cloudfront'` line is dropped and `cf` is handed in, with a kvs() that reads
-// an in-memory store (any object with get(key) -> string | undefined).
+// Runs edge/press.js under Node.js as CloudFront Functions would: the very file that is
+// deployed, its one `import cf from 'cloudfront'` replaced by a stand-in `cf` whose
+// kvs() is the store given here. Shared by the unit tests and the local edge server.
 import { readFileSync } from 'node:fs';
 
-const IMPORT = /^\s*import\s+cf\s+from\s+['"]cloudfront['"]\s*;?\s*$/m;
+const IMPORT = /^import cf from 'cloudfront';[ \t]*$/m;
 
-// The KeyValueStore handle a function gets from cf.kvs(): get() rejects for a
-// missing key, as CloudFront's does, and parses on format 'json'.
-export function kvsHandle(store) {
-  const read = (key) => {
-    const value = store.get(String(key));
-    if (value === undefined) throw new Error(`Key ${key} not found`);
-    return value;
-  };
+// The function's `async function handler(event)`. `kvs` has the runtime's async
+// get(key, {format}) and exists(key); `now` (optional) stands in for Date.now, so a
+// test can set the clock. The runtime runs functions in strict mode, so does this.
+export function loadFunction(path, kvs, { now } = {}) {
+  const source = readFileSync(path, 'utf8');
+  if (source.match(new RegExp(IMPORT.source, 'gm'))?.length !== 1) {
+    throw new Error(`${path}: expected exactly one line "import cf from 'cloudfront';"`);
+  }
+  const cf = { kvs: () => kvs };
+  const clock = now ? { now } : Date;
+  const body = `'use strict';\n${source.replace(IMPORT, '')}\nreturn handler;`;
+  return new Function('cf', 'Date', body)(cf, clock);
+}
+
+// A key value store held in a Map of key -> value (a string, as the store keeps it).
+// get() throws for a missing key, as the runtime's does.
+export function mapStore(entries = new Map()) {
   return {
-    async get(key, options) {
-      const value = read(key);
-      const format = options?.format ?? 'string';
-      if (format === 'json') return JSON.parse(value);
-      if (format === 'bytes') return new TextEncoder().encode(value);
+    entries,
+    async get(key, { format = 'string' } = {}) {
+      if (!entries.has(key)) {
+        throw new Error(`key not found: ${key}`);
+      }
+      const value = entries.get(key);
+      if (format === 'json') {
+        return JSON.parse(value);
+      }
+      if (format === 'bytes') {
+        return Buffer.from(value, 'utf8');
+      }
       return value;
     },
     async exists(key) {
-      return store.get(String(key)) !== undefined;
+      return entries.has(key);
     },
   };
-}
-
-export function loadFunction(path, kvs) {
-  const source = readFileSync(path, 'utf8').replace(IMPORT, '');
-  const cf = { kvs: () => kvsHandle(kvs) };
-  // The function's own file, evaluated once with `cf` in scope; it defines handler.
-  const handler = new Function('cf', `${source}\nreturn handler;`)(cf);
-  if (typeof handler !== 'function') throw new Error(`${path} defines no handler function`);
-  return handler;
 }

@@ -5,11 +5,12 @@
 //   node server.mjs --function edge/press.js --upstream http://127.0.0.1:3000 \
 //        --port 8080 --kvs-port 8081 --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
 //
-// Port 0 picks a free port; the ready line names the ports bound.
+// Port 0 picks a free port; the ready line names the ports bound. --exit-with-stdin ends
+// the server when its stdin closes: a parent that dies, even by SIGKILL, takes it along.
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { loadFunction } from './cloudfront.mjs';
+import { loadFunction, mapStore } from './cloudfront.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -19,6 +20,7 @@ const { values: args } = parseArgs({
     'kvs-port': { type: 'string', default: '0' },
     'kvs-arn': { type: 'string' },
     host: { type: 'string', default: '127.0.0.1' },
+    'exit-with-stdin': { type: 'boolean', default: false },
   },
 });
 for (const name of ['function', 'upstream', 'kvs-arn']) {
@@ -44,7 +46,6 @@ const store = {
   etag: newEtag(),
   created: Date.now() / 1000,
   modified: Date.now() / 1000,
-  get: (key) => store.items.get(key),
 };
 
 function newEtag() {
@@ -209,7 +210,7 @@ const kvsServer = http.createServer(async (req, res) => {
 
 // ---- The viewer side -------------------------------------------------------
 
-const handler = loadFunction(args.function, store);
+const handler = loadFunction(args.function, mapStore(store.items));
 const upstream = new URL(args.upstream);
 const agent = new http.Agent({ keepAlive: true });
 // Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, not to the request.
@@ -342,11 +343,14 @@ const viewerPort = await listen(viewerServer, args.port);
 const kvsPort = await listen(kvsServer, args['kvs-port']);
 console.log(`edge listening on http://${args.host}:${viewerPort} (kvs http://${args.host}:${kvsPort})`);
 
-for (const signal of ['SIGTERM', 'SIGINT']) {
-  process.on(signal, () => {
-    viewerServer.close();
-    kvsServer.close();
-    agent.destroy();
-    process.exit(0);
-  });
+function stop() {
+  viewerServer.close();
+  kvsServer.close();
+  agent.destroy();
+  process.exit(0);
+}
+for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, stop);
+if (args['exit-with-stdin']) {
+  process.stdin.on('end', stop);
+  process.stdin.resume();
 }

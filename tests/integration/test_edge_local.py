@@ -1,0 +1,377 @@
+"""The local edge (``seckill_local.edge``): edge/press.js on Node.js in front of an
+upstream that records what reaches it, and the KeyValueStore stand-in written with
+boto3's own ``cloudfront-keyvaluestore`` client (SigV4A, botocore's REST calls); and
+the environment the runner gives the edge's functions. Without Node.js the edge's
+tests fail, naming ``make bench-setup``, which installs it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import urllib3
+from botocore.config import Config
+
+from seckill.infra import results
+from seckill.press.gate import REFUSALS, SOLD_OUT
+from seckill_local.edge import KVS_ARN, KVS_ENDPOINT, EdgeServer, kvs_environment
+from seckill_local.runner import Runner
+
+TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Upstream:
+    """Stands in for the local API: records each request, answers a fixed 404 of its own."""
+
+    STATUS = 404
+    HEADERS = {"content-type": "application/json", "x-upstream": "yes", "set-cookie": "a=1"}
+    BODY = b'{"success": false, "data": null, "errorMsg": "voucher not found", "code": "VOUCHER_NOT_FOUND"}'
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                upstream.seen.append(Seen(self.command, self.path, headers, body))
+                self.send_response(upstream.STATUS)
+                for name, value in upstream.HEADERS.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(upstream.BODY)))
+                self.end_headers()
+                self.wfile.write(upstream.BODY)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture
+def edge(upstream: Upstream) -> Iterator[EdgeServer]:
+    with EdgeServer(upstream.url) as server:
+        yield server
+
+
+@pytest.fixture
+def kvs(edge: EdgeServer) -> Any:
+    """boto3's client as the publisher makes it, its calls routed to the stand-in."""
+    return boto3.client(
+        "cloudfront-keyvaluestore",
+        endpoint_url=KVS_ENDPOINT,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(proxies={"http": edge.kvs_endpoint}, retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture
+def http() -> urllib3.PoolManager:
+    return urllib3.PoolManager(retries=False, timeout=10)
+
+
+def state(*, sold_out: bool, v: int = 1) -> str:
+    """A voucher on sale since a minute ago, for an hour more (the KVS value's shape)."""
+    now = int(time.time() * 1000)
+    value = {"v": v, "begin": now - 60_000, "end": now + 3_600_000, "soldOut": sold_out, "stopped": False}
+    return json.dumps(value, separators=(",", ":"))
+
+
+def put(kvs: Any, key: str, value: str) -> str:
+    etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    return str(kvs.put_key(KvsARN=KVS_ARN, Key=key, Value=value, IfMatch=etag)["ETag"])
+
+
+def press(http: urllib3.PoolManager, edge: EdgeServer, voucher_id: int) -> urllib3.BaseHTTPResponse:
+    return http.request(
+        "POST", f"{edge.url}/voucher-order/seckill/{voucher_id}", headers={"authorization": TOKEN}, body=b""
+    )
+
+
+def test_a_sold_out_voucher_is_refused_at_the_edge_as_the_function_would(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    refusal = REFUSALS[SOLD_OUT]
+    put(kvs, "42", state(sold_out=True))
+
+    answer = press(http, edge, 42)
+
+    assert answer.status == 409
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.headers["x-seckill-edge"] == "1"
+    assert answer.data == results.fail(refusal.status, refusal.code, refusal.message).body.encode()
+    assert upstream.seen == []
+    assert edge.stats().answered == 1
+    assert edge.stats().forwarded == 0
+
+
+def test_a_voucher_still_on_sale_or_unknown_is_forwarded_and_answered_by_the_upstream_unchanged(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    put(kvs, "7", state(sold_out=False))
+    body = b'{"any": "body"}'
+
+    for voucher_id in (7, 8):  # on sale; no key at all
+        answer = http.request(
+            "POST",
+            f"{edge.url}/voucher-order/seckill/{voucher_id}",
+            headers={"authorization": TOKEN, "content-type": "application/json", "x-trace": "t1"},
+            body=body,
+        )
+        assert (answer.status, answer.data) == (Upstream.STATUS, Upstream.BODY)
+        assert {name: answer.headers[name] for name in Upstream.HEADERS} == Upstream.HEADERS
+
+    assert [(s.method, s.target, s.body) for s in upstream.seen] == [
+        ("POST", "/voucher-order/seckill/7", body),
+        ("POST", "/voucher-order/seckill/8", body),
+    ]
+    assert all(s.headers["authorization"] == TOKEN and s.headers["x-trace"] == "t1" for s in upstream.seen)
+    assert edge.stats().forwarded == 2
+
+
+def test_a_sold_out_press_without_a_token_is_left_to_the_api(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """The API answers it 401 (its authorizer); the edge decides nothing for a caller it cannot tell apart."""
+    put(kvs, "42", state(sold_out=True))
+
+    answer = http.request("POST", f"{edge.url}/voucher-order/seckill/42", body=b"")
+
+    assert answer.status == Upstream.STATUS
+    assert [s.target for s in upstream.seen] == ["/voucher-order/seckill/42"]
+
+
+def test_other_routes_are_forwarded_with_their_query_strings_as_sent(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    targets = ["/voucher/list/1?current=2&name=a%20b&flag&flag=x", "/voucher-order/9?x=%2F"]
+    for target in targets:
+        answer = http.request("GET", f"{edge.url}{target}", headers={"cookie": "session=s1; theme=dark"})
+        assert answer.status == Upstream.STATUS
+
+    assert [(s.method, s.target) for s in upstream.seen] == [("GET", target) for target in targets]
+    assert upstream.seen[0].headers["cookie"] == "session=s1; theme=dark"
+
+
+def test_a_write_with_a_stale_etag_is_a_conflict_and_changes_nothing(edge: EdgeServer, kvs: Any) -> None:
+    stale = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    fresh = put(kvs, "42", state(sold_out=False, v=1))
+    assert fresh != stale
+
+    with pytest.raises(kvs.exceptions.ConflictException):
+        kvs.put_key(KvsARN=KVS_ARN, Key="42", Value=state(sold_out=True, v=2), IfMatch=stale)
+    with pytest.raises(kvs.exceptions.ConflictException):
+        kvs.delete_key(KvsARN=KVS_ARN, Key="42", IfMatch=stale)
+
+    assert json.loads(kvs.get_key(KvsARN=KVS_ARN, Key="42")["Value"])["v"] == 1
+    assert kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"] == fresh
+
+
+def test_keys_and_values_over_the_documented_sizes_are_refused(edge: EdgeServer, kvs: Any) -> None:
+    etag = put(kvs, "k" * 512, "v" * 1024)  # at the limits: kept
+
+    for key, value in (("k" * 513, "v"), ("big", "v" * 1025)):
+        with pytest.raises(kvs.exceptions.ValidationException):
+            kvs.put_key(KvsARN=KVS_ARN, Key=key, Value=value, IfMatch=etag)
+
+    described = kvs.describe_key_value_store(KvsARN=KVS_ARN)
+    assert (described["ItemCount"], described["TotalSizeInBytes"], described["ETag"]) == (1, 512 + 1024, etag)
+
+
+def test_a_missing_key_is_not_found_and_the_store_lists_its_keys_by_pages(edge: EdgeServer, kvs: Any) -> None:
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        kvs.get_key(KvsARN=KVS_ARN, Key="404")
+    etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+    puts = [{"Key": str(n), "Value": state(sold_out=False, v=n)} for n in range(1, 6)]
+    etag = kvs.update_keys(KvsARN=KVS_ARN, IfMatch=etag, Puts=puts)["ETag"]
+    kvs.delete_key(KvsARN=KVS_ARN, Key="3", IfMatch=etag)
+
+    pages = kvs.get_paginator("list_keys").paginate(KvsARN=KVS_ARN, PaginationConfig={"PageSize": 2})
+    listed = [item["Key"] for page in pages for item in page["Items"]]
+
+    assert listed == ["1", "2", "4", "5"]
+
+
+def test_an_unsigned_call_is_denied(edge: EdgeServer, http: urllib3.PoolManager) -> None:
+    answer = http.request("GET", f"{edge.kvs_endpoint}/key-value-stores/{KVS_ARN.replace('/', '%2F')}")
+
+    assert answer.status == 403
+    assert answer.headers["x-amzn-errortype"] == "AccessDeniedException"
+
+
+def test_a_plain_client_writes_the_store_under_the_environment_the_edge_gives(edge: EdgeServer, kvs: Any) -> None:
+    """What EdgePublisherFunction runs with locally: no client configuration, only its environment."""
+    script = (
+        "import boto3, os\n"
+        "kvs = boto3.client('cloudfront-keyvaluestore')\n"
+        "arn = os.environ['EDGE_KVS_ARN']\n"
+        "etag = kvs.describe_key_value_store(KvsARN=arn)['ETag']\n"
+        "kvs.put_key(KvsARN=arn, Key='42', Value='from the publisher', IfMatch=etag)\n"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    env.update({"AWS_DEFAULT_REGION": "us-east-1", **edge.environment()})
+
+    # Our own interpreter, our own script.
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)  # noqa: S603
+
+    assert kvs.get_key(KvsARN=KVS_ARN, Key="42")["Value"] == "from the publisher"
+
+
+def test_how_long_a_put_takes_to_reach_the_viewer_side(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """Printed, not asserted: the figures docs/edge.md quotes for the local edge. The write
+    (DescribeKeyValueStore for the ETag, then PutKey, both signed), and from PutKey's
+    answer to the first press answered by the new state, presses included."""
+    put(kvs, "42", state(sold_out=False))
+    assert press(http, edge, 42).status == Upstream.STATUS
+    writes, visible, presses = [], [], 0
+    for v in range(2, 102):
+        sold_out = v % 2 == 0
+        started = time.perf_counter()
+        put(kvs, "42", state(sold_out=sold_out, v=v))
+        written = time.perf_counter()
+        while (press(http, edge, 42).status == 409) != sold_out:
+            assert time.perf_counter() < written + 5, f"write {v} never reached the viewer side"
+            presses += 1
+        writes.append((written - started) * 1000)
+        visible.append((time.perf_counter() - written) * 1000)
+
+    def median(samples: list[float]) -> float:
+        return sorted(samples)[len(samples) // 2]
+
+    print(
+        f"\n{len(writes)} writes: Describe+PutKey median {median(writes):.1f} ms (max {max(writes):.1f}); "
+        f"then answered by the new state after median {median(visible):.2f} ms (max {max(visible):.2f}), "
+        f"{presses} presses answered by the old one"
+    )
+
+
+# --- the runner's environment for the edge's functions ------------------------------------------
+
+# The shape of the stack's edge: a state sender whose queue URL is empty without the edge,
+# and the publisher, fed by EdgeStateQueue, on the store's ARN.
+EDGE_TEMPLATE = """
+Parameters:
+  Edge: {Type: String, Default: none}
+Conditions:
+  HasEdge: !Equals [!Ref Edge, cloudfront]
+Resources:
+  EdgeStateQueue: {Type: AWS::SQS::Queue}
+  SenderFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/seckill_api/
+      Environment:
+        Variables:
+          EDGE_STATE_QUEUE_URL: !If [HasEdge, !Ref EdgeStateQueue, ""]
+  PublisherFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/seckill_api/
+      Environment:
+        Variables:
+          EDGE_KVS_ARN: !GetAtt EdgeKeyValueStore.Arn
+          AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE: !Ref AWS::NoValue
+"""
+
+
+@pytest.fixture
+def edge_runner(tmp_path: Path, sqs_endpoint: str, sqs: Any) -> Iterator[Any]:
+    """Runners over EDGE_TEMPLATE, their queues under a prefix of this test's own."""
+    template = tmp_path / "template.yaml"
+    template.write_text(textwrap.dedent(EDGE_TEMPLATE), encoding="utf-8")
+    prefix = f"e{uuid.uuid4().hex[:10]}-"
+
+    def make(*, edge: bool, parameters: dict[str, str] | None = None) -> Runner:
+        env_vars = tmp_path / f"env-{uuid.uuid4().hex[:6]}.json"
+        env_vars.write_text(json.dumps({"Parameters": parameters or {}}), encoding="utf-8")
+        args = argparse.Namespace(
+            template=str(template),
+            env_vars=env_vars,
+            sqs_endpoint=sqs_endpoint,
+            queue_prefix=prefix,
+            edge=edge,
+            kvs_endpoint="http://127.0.0.1:4999",
+        )
+        return Runner(args)
+
+    yield make
+    for url in sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", []):
+        sqs.delete_queue(QueueUrl=url)
+
+
+def test_without_the_edge_the_functions_send_no_notices_and_the_publisher_has_no_store(edge_runner: Any) -> None:
+    runner = edge_runner(edge=False)
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == ""
+    assert not {"EDGE_KVS_ARN", "HTTP_PROXY", "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"} & set(publisher)
+
+
+def test_with_the_edge_the_senders_get_the_queue_and_the_publisher_the_local_store(edge_runner: Any) -> None:
+    runner = edge_runner(edge=True)
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
+    assert "HTTP_PROXY" not in sender  # only the publisher goes through the store's listener
+    assert kvs_environment("http://127.0.0.1:4999").items() <= publisher.items()
+
+
+def test_an_env_vars_file_naming_a_store_turns_the_edge_on_and_its_arn_wins(edge_runner: Any) -> None:
+    other = "arn:aws:cloudfront::000000000000:key-value-store/other"
+    runner = edge_runner(edge=False, parameters={"EDGE_KVS_ARN": other})
+
+    sender = runner.environment(runner.function("SenderFunction"))
+    publisher = runner.environment(runner.function("PublisherFunction"))
+
+    assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
+    assert publisher["EDGE_KVS_ARN"] == other
+    assert publisher["AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"] == KVS_ENDPOINT
