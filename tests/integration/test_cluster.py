@@ -23,6 +23,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from seckill import hints, holds
+from seckill.edge.state import claim
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
@@ -148,6 +149,11 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
         assert holds.give_back(scripts, voucher_id, order_id) == 0
         assert cluster.get(keys.stock(voucher_id)) == "1"
         assert cluster.keyslot(keys.returned(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
+        # The edge's election reads and writes in that slot too.
+        claimed = claim(scripts, voucher_id)
+        assert claimed is not None
+        assert not claimed.sold_out
+        assert cluster.keyslot(keys.edge(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
 
 
 def test_an_unreachable_cluster_is_a_clear_error() -> None:

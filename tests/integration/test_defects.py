@@ -151,6 +151,15 @@ def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any
         assert run("counter_floor", [counter], 3) == 7  # never lowered
     finally:
         redis.delete(counter)
+    edge = keys.edge(voucher_id)
+    try:
+        claimed = json.loads(run("edge_claim", [stock, window, edge], voucher_id, ""))
+        assert (claimed["voucherId"], claimed["soldOut"], claimed["stopped"]) == (voucher_id, False, False)
+        assert run("edge_claim", [stock, window, edge], voucher_id, "") is None  # unchanged
+        assert run("edge_unclaim", [edge], claimed["v"]) == 1
+        assert run("edge_unclaim", [edge], claimed["v"] + 1) == 0  # not this claim's
+    finally:
+        redis.delete(edge)
     assert ran == {path.stem for path in lua_dir().glob("*.lua")}
 
 

@@ -23,7 +23,22 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
 from seckill.press.gate import Gate
 from seckill_local.template import Template
-from tests.helpers import Hold, accept, closed_port, drain, fresh, invoke, overdue, sqs_record
+from tests.helpers import (
+    Hold,
+    accept,
+    admin_event,
+    body,
+    closed_port,
+    drain,
+    fresh,
+    invoke,
+    load_event,
+    new_user,
+    overdue,
+    seckill_voucher_body,
+    sqs_record,
+    with_path,
+)
 
 
 @pytest.fixture
@@ -242,3 +257,29 @@ def test_the_expiry_function_clears_sold_out(
         assert not state.sold_out
     finally:
         redis.delete(keys.edge(hold.voucher_id))
+
+
+def test_the_api_notices_creation_and_stop(
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+    context: Any,
+    redis: Any,
+    sqs: Any,
+    edge_queue: str,
+) -> None:
+    api = fresh(template, "SeckillApiFunction", monkeypatch, EDGE_STATE_QUEUE_URL=edge_queue)
+    created = api.lambda_handler(
+        admin_event("seckill_api_add_seckill_voucher.json", seckill_voucher_body(shop_id=new_user())), context
+    )
+    assert created["statusCode"] == 201, created
+    voucher_id = body(created)["data"]
+    try:
+        (opened,) = sent(sqs, edge_queue)
+        assert (opened.voucher_id, opened.stopped, opened.sold_out) == (voucher_id, False, False)
+        path = f"/voucher/seckill/{voucher_id}/stop"
+        stop = with_path(load_event("seckill_api_stop_voucher.json"), path, voucherId=str(voucher_id))
+        assert api.lambda_handler(stop, context)["statusCode"] == 200
+        (stopped,) = sent(sqs, edge_queue)
+        assert (stopped.stopped, stopped.v > opened.v) == (True, True)
+    finally:
+        redis.delete(*keys.voucher_keys(voucher_id), keys.edge(voucher_id))

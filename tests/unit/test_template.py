@@ -36,6 +36,7 @@ NEEDS: dict[str, set[str]] = {
     "order_dlq_url": {"ORDER_DLQ_URL"},
     "order_poison_queue_url": {"ORDER_POISON_QUEUE_URL"},
     "order_expiry_queue_url": {"ORDER_EXPIRY_QUEUE_URL"},
+    "edge_kvs_arn": {"EDGE_KVS_ARN"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
@@ -46,6 +47,7 @@ OPTIONAL: dict[str, str] = {
     "DB_TLS": "follows DB_SECRET_ARN: TLS with a secret",
     "AWS_ENDPOINT_URL_SQS": "local SQS only; declared as AWS::NoValue for sam local",
     "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": "the local store stand-in only; declared as AWS::NoValue",
+    "EDGE_STATE_QUEUE_URL": "set only where the stack has an edge; unset, a sale's state is not published",
     "SECKILL_REFUSAL_CACHE_SECONDS": "tuning with a default",
     "SECKILL_STATUS_TTL_SECONDS": "tuning with a default",
     "AWS_LAMBDA_INITIALIZATION_TYPE": "set by Lambda: on-demand, provisioned-concurrency or snap-start",

@@ -110,8 +110,8 @@ def _release(gate: Gate, reservation: Reservation) -> None:
     # No edge notice here (seckill.edge.state): this runs before the press is answered,
     # and the answer must not wait on an SQS send. The unit back may clear a "sold out"
     # the edge holds; the persister's next batch of this voucher, or at the latest the
-    # reconciler's sweep, sends that. Until then the edge refuses presses the gate might
-    # have taken, which only ever happens in the last moments of a sold-out sale.
+    # reconciler's sweep, publishes it. Until then the edge may refuse, as sold out, a
+    # press the gate would take (docs/edge.md).
     try:
         gate.release(reservation)
     except Exception:
@@ -131,6 +131,7 @@ def _fail_unsent(gate: Gate, db: Database, reservation: Reservation) -> None:
         if order_id is not None and fail_unqueued(
             db, OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
         ):
+            # No edge notice: the sale has closed, and the edge answers ENDED by the window.
             gate.release(reservation)
     except Exception:
         log.exception("could not fail order %s left unsent after the sale", order_id)
