@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo check test test-unit lint types format services clean sam-setup validate build openapi bench bench-setup sam-local
+.PHONY: help setup demo check test test-unit lint types format services clean sam-setup validate build openapi edge-function bench bench-setup sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,11 +44,13 @@ $(SCAN_VENV)/.installed: requirements-checkov.txt
 	touch $@
 
 # checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
-validate: sam-setup $(SCAN_VENV)/.installed ## the template: SAM's transform, sam validate --lint, cfn-lint and checkov
+validate: sam-setup $(SCAN_VENV)/.installed ## the templates: SAM's transform, sam validate --lint, cfn-lint and checkov (template.yaml, edge/waf.yaml)
 	$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate
 	$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint
 	$(SAM_BIN)/cfn-lint template.yaml
 	$(SCAN_BIN)/checkov --file template.yaml --framework cloudformation --skip-download --compact --quiet
+	$(SAM_BIN)/cfn-lint edge/waf.yaml
+	$(SCAN_BIN)/checkov --file edge/waf.yaml --framework cloudformation --skip-download --compact --quiet
 
 build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/build
 	$(SAM_BIN)/sam build --region $(SAM_REGION)
@@ -97,6 +99,9 @@ bench-setup: setup $(VENV)/.bench-installed $(FAUXQS)/node_modules/.package-lock
 
 openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
 	$(BIN)/seckill-openapi
+
+edge-function: setup ## copy edge/press.js into template.yaml's EdgePressFunction (a unit test checks they are equal)
+	$(BIN)/seckill-edge-function
 
 bench: bench-setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")
 	$(BIN)/python -m benchmarks $(ARGS)

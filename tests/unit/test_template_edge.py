@@ -1,11 +1,22 @@
-"""template.yaml's edge (parameter Edge): the state queue and its publisher, checked
-offline with SAM's translator, as tests/unit/test_template.py checks the rest."""
+"""template.yaml's edge (parameter Edge): the state queue and its publisher, the press
+function (edge/press.js), the distribution, WAF (and edge/waf.yaml) and the sale's
+dashboard, checked offline with SAM's translator as tests/unit/test_template.py checks
+the rest."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from seckill.press.gate import REFUSALS
+from seckill_local import edge_function_command
+from seckill_local.checkout import ROOT
+from seckill_local.edge_function_command import SOURCE, with_function_code
 from seckill_local.template import Template
 from tests.unit.test_template import actions, evaluate, statements, transformed
 
@@ -125,3 +136,299 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
     others = [s for s in role_statements(resources, "EdgePublisherFunction") if s is not kvs]
     assert all("EdgeStateQueue" in json.dumps(s["Resource"]) for s in others), others
     assert not any("secretsmanager" in json.dumps(s) for s in others)
+
+
+# --- the press function: edge/press.js, inline -------------------------------------------------
+
+
+def test_the_press_function_is_edge_press_js_byte_for_byte(template: Template) -> None:
+    function = template.resource("EdgePressFunction")["Properties"]
+    code = SOURCE.read_bytes()
+    assert function["FunctionCode"].encode("utf-8") == code, "run `make edge-function`"
+    # CloudFront Functions take at most 10 KB of code.
+    assert len(code) <= 10 * 1024
+    config = function["FunctionConfig"]
+    assert config["Runtime"] == "cloudfront-js-2.0"  # the runtime that reads a KeyValueStore
+    assert config["KeyValueStoreAssociations"] == [{"KeyValueStoreARN": {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}}]
+    assert function["AutoPublish"] is True  # the distribution runs the LIVE stage
+
+
+SAMPLE = """Resources:
+  Other:
+    Type: AWS::CloudFront::Function
+    Properties:
+      FunctionCode: |
+        keep me
+  EdgePressFunction:
+    Type: AWS::CloudFront::Function
+    Properties:
+      FunctionCode: |-
+        old();
+
+        old();
+      Name: x
+
+  After:
+    Type: AWS::SQS::Queue
+"""
+
+
+@pytest.mark.parametrize(
+    "code", ["function handler(event) {\n    return event.request;\n}\n", "a();\n\n\tb();", "one line\n"]
+)
+def test_the_copy_puts_the_code_in_the_block_and_nothing_else(tmp_path: Path, code: str) -> None:
+    rewritten = with_function_code(SAMPLE, code)
+    path = tmp_path / "template.yaml"
+    path.write_text(rewritten, encoding="utf-8")
+    data = Template.load(path).data["Resources"]
+    assert data["EdgePressFunction"]["Properties"]["FunctionCode"] == code
+    assert data["EdgePressFunction"]["Properties"]["Name"] == "x"
+    assert data["Other"]["Properties"]["FunctionCode"] == "keep me\n"
+    assert data["After"] == {"Type": "AWS::SQS::Queue"}
+    assert with_function_code(rewritten, code) == rewritten
+
+
+@pytest.mark.parametrize("code", ["  indented first line\n", "\nblank first line\n", "two blank lines at the end\n\n"])
+def test_the_copy_refuses_code_a_plain_block_cannot_hold(code: str) -> None:
+    with pytest.raises(ValueError, match="must not"):
+        with_function_code(SAMPLE, code)
+
+
+def test_the_check_fails_when_the_template_lags_the_file(tmp_path: Path) -> None:
+    template, source = tmp_path / "template.yaml", tmp_path / "press.js"
+    template.write_text(SAMPLE, encoding="utf-8")
+    source.write_text("new();\n", encoding="utf-8")
+    files = ["--template", str(template), "--source", str(source)]
+    assert edge_function_command.main([*files, "--check"]) == 1
+    assert edge_function_command.main(files) == 0
+    assert edge_function_command.main([*files, "--check"]) == 0
+
+
+# --- the distribution ---------------------------------------------------------------------------
+
+CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
+ALL_VIEWER_EXCEPT_HOST_HEADER = "b689b0a8-53d0-40ab-baf2-68738e2966ac"
+PRESS = {"Fn::GetAtt": ["EdgePressFunction", "FunctionARN"]}
+DENY = {"Fn::GetAtt": ["EdgeDenyFunction", "FunctionARN"]}
+
+
+def distribution(template: Template) -> dict[str, Any]:
+    config: dict[str, Any] = template.resource("EdgeDistribution")["Properties"]["DistributionConfig"]
+    return config
+
+
+def behavior_for(config: dict[str, Any], path: str) -> dict[str, Any]:
+    """The behavior CloudFront picks: the first pattern that matches (``*`` spans slashes), else the default."""
+    for behavior in config["CacheBehaviors"]:
+        if fnmatch.fnmatchcase(path, behavior["PathPattern"]):
+            return dict(behavior)
+    return dict(config["DefaultCacheBehavior"])
+
+
+def functions_of(behavior: dict[str, Any]) -> list[Any]:
+    associations = behavior.get("FunctionAssociations", [])
+    assert all(a["EventType"] == "viewer-request" for a in associations)
+    return [a["FunctionARN"] for a in associations]
+
+
+def test_the_origin_is_the_http_api_over_tls_1_2(template: Template) -> None:
+    config = distribution(template)
+    (origin,) = config["Origins"]
+    assert origin["DomainName"] == {"Fn::Sub": "${SeckillHttpApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
+    assert origin["CustomOriginConfig"]["OriginProtocolPolicy"] == "https-only"
+    assert origin["CustomOriginConfig"]["OriginSSLProtocols"] == ["TLSv1.2"]
+    for behavior in [config["DefaultCacheBehavior"], *config["CacheBehaviors"]]:
+        assert behavior["TargetOriginId"] == origin["Id"]
+        assert behavior["ViewerProtocolPolicy"] == "https-only"  # a redirect would turn a POST into a GET
+        assert behavior["CachePolicyId"] == CACHING_DISABLED
+        # Every viewer header, authorization included, but Host (API Gateway answers 403 to another host).
+        assert behavior["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
+        assert "ForwardedValues" not in behavior
+
+
+def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template) -> None:
+    config = distribution(template)
+    served = 0
+    for route, _ in template.routes():
+        path = re.sub(r"\{\w+\}", "42", route.path)
+        behavior = behavior_for(config, path)
+        if route.auth == "AWS_IAM":
+            # SigV4 signs the API's own host: through CloudFront the signature could never match.
+            assert functions_of(behavior) == [DENY], route.path
+        else:
+            assert route.method in behavior["AllowedMethods"], route.path
+            assert DENY not in functions_of(behavior), route.path
+            served += 1
+    assert served == 4  # the press, the order's status, the cancel, the voucher list
+    press = behavior_for(config, "/voucher-order/seckill/42")
+    assert functions_of(press) == [PRESS]
+    assert "POST" in press["AllowedMethods"]
+    # Only the press runs the press function; anything unknown is refused.
+    for path in ("/voucher-order/42", "/voucher-order/42/cancel", "/voucher/list/1"):
+        assert PRESS not in functions_of(behavior_for(config, path)), path
+    assert functions_of(config["DefaultCacheBehavior"]) == [DENY]
+    assert functions_of(behavior_for(config, "/voucher-order/42/payment/")) == [DENY]
+
+
+def test_the_deny_function_answers_without_the_origin(template: Template) -> None:
+    code = template.resource("EdgeDenyFunction")["Properties"]["FunctionCode"]
+    assert "statusCode: 403" in code
+    assert "event.request" not in code  # it never forwards
+
+
+def test_outputs_give_the_edge_and_keep_the_api(template: Template) -> None:
+    outputs = template.data["Outputs"]
+    assert outputs["EdgeUrl"]["Value"] == {"Fn::Sub": "https://${EdgeDistribution.DomainName}"}
+    assert outputs["EdgeUrl"]["Condition"] == "HasEdge"
+    assert "Condition" not in outputs["ApiEndpoint"]
+
+
+# --- WAF -----------------------------------------------------------------------------------------
+
+WAF_TEMPLATE = ROOT / "edge" / "waf.yaml"
+
+
+@pytest.fixture(scope="module")
+def waf() -> dict[str, Any]:
+    return Template.load(WAF_TEMPLATE).data
+
+
+def rules(resources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    found = resources["EdgeWebAcl"]["Properties"]["Rules"]
+    return {r["Name"]: r for r in found if r != {"Ref": "AWS::NoValue"}}
+
+
+def test_the_stack_and_edge_waf_yaml_have_the_same_rules(template: Template, waf: dict[str, Any]) -> None:
+    ours, theirs = template.resource("EdgeWebAcl")["Properties"], waf["Resources"]["EdgeWebAcl"]["Properties"]
+    assert ours["Rules"] == theirs["Rules"]
+    for key in ("Scope", "DefaultAction", "Description"):
+        assert ours[key] == theirs[key], key
+    # The parameters and the condition the rules name mean the same in both.
+    for name in ("EdgeRateLimitPerIp", "EdgeRateLimitPerToken", "EdgeBotControl"):
+        assert template.data["Parameters"][name] == waf["Parameters"][name], name
+    assert template.data["Conditions"]["EdgeBotControlOn"] == waf["Conditions"]["EdgeBotControlOn"]
+    ours_log = template.resource("EdgeWafLogging")["Properties"]
+    assert ours_log == waf["Resources"]["EdgeWafLogging"]["Properties"]
+    assert waf["Outputs"]["WebAclArn"]["Value"] == {"Fn::GetAtt": ["EdgeWebAcl", "Arn"]}
+
+
+def test_rate_limits_guard_the_press_path(transformed: dict[str, Any]) -> None:
+    parameters = transformed["Parameters"]
+    found = rules(stack(transformed))
+    for name, key, parameter in (
+        ("press-rate-per-ip", "IP", "EdgeRateLimitPerIp"),
+        ("press-rate-per-token", "CUSTOM_KEYS", "EdgeRateLimitPerToken"),
+    ):
+        rule = found[name]
+        statement = rule["Statement"]["RateBasedStatement"]
+        assert statement["AggregateKeyType"] == key
+        # WAF counts over 60, 120, 300 or 600 seconds; its lowest limit is 10.
+        assert statement["EvaluationWindowSec"] == 60
+        assert int(parameters[parameter]["MinValue"]) >= 10
+        assert statement["Limit"] == int(parameters[parameter]["Default"])
+        path = statement["ScopeDownStatement"]["ByteMatchStatement"]
+        assert (path["FieldToMatch"], path["PositionalConstraint"], path["SearchString"]) == (
+            {"UriPath": {}},
+            "STARTS_WITH",
+            "/voucher-order/seckill/",
+        )
+        assert rule["Action"] == {"Block": {"CustomResponse": {"ResponseCode": 429}}}
+    token = found["press-rate-per-token"]["Statement"]["RateBasedStatement"]["CustomKeys"]
+    assert token == [{"Header": {"Name": "authorization", "TextTransformations": [{"Priority": 0, "Type": "NONE"}]}}]
+    # A buyer presses once or a few times: the defaults are far above that, and the IP's above the token's.
+    assert int(parameters["EdgeRateLimitPerIp"]["Default"]) > int(parameters["EdgeRateLimitPerToken"]["Default"]) >= 10
+
+
+def test_managed_rules_and_bot_control_only_when_asked(transformed: dict[str, Any]) -> None:
+    off, on = rules(stack(transformed)), rules(stack(transformed, EdgeBotControl="on"))
+    managed = {
+        r["Statement"]["ManagedRuleGroupStatement"]["Name"]
+        for r in off.values()
+        if "ManagedRuleGroupStatement" in r["Statement"]
+    }
+    assert managed == {"AWSManagedRulesCommonRuleSet", "AWSManagedRulesKnownBadInputsRuleSet"}
+    assert transformed["Parameters"]["EdgeBotControl"]["Default"] == "off"
+    assert set(on) - set(off) == {"aws-bot-control", "press-captcha-for-bots"}
+    bots = on["aws-bot-control"]
+    assert bots["OverrideAction"] == {"Count": {}}  # labels; the CAPTCHA rule acts on them
+    assert bots["Statement"]["ManagedRuleGroupStatement"]["ScopeDownStatement"]["ByteMatchStatement"][
+        "SearchString"
+    ] == ("/voucher-order/seckill/")
+    assert on["press-captcha-for-bots"]["Action"] == {"Captcha": {}}
+    priorities = [r["Priority"] for r in on.values()]
+    assert len(set(priorities)) == len(priorities)
+    assert all(r["VisibilityConfig"]["CloudWatchMetricsEnabled"] for r in on.values())
+
+
+@pytest.mark.parametrize(
+    ("region", "acl_arn", "created"),
+    [("us-east-1", "", True), ("us-east-1", "arn:aws:wafv2:us-east-1:123456789012:global/webacl/w/1", False),
+     ("eu-west-1", "arn:aws:wafv2:us-east-1:123456789012:global/webacl/w/1", False)],
+)  # fmt: skip
+def test_the_distribution_gets_the_stacks_acl_or_the_one_given(
+    transformed: dict[str, Any], region: str, acl_arn: str, created: bool
+) -> None:
+    resources = stack(transformed, **{"AWS::Region": region, "EdgeWebAclArn": acl_arn})
+    assert ("EdgeWebAcl" in resources) is created
+    assert ("EdgeWafLogging" in resources) is created
+    acl = resources["EdgeDistribution"]["Properties"]["DistributionConfig"]["WebACLId"]
+    assert acl == ({"Fn::GetAtt": ["EdgeWebAcl", "Arn"]} if created else acl_arn)
+    if created:
+        assert resources["EdgeWebAcl"]["Properties"]["Scope"] == "CLOUDFRONT"
+
+
+def test_outside_us_east_1_the_edge_needs_an_acl(template: Template) -> None:
+    rule = template.data["Rules"]["EdgeOutsideUsEast1NeedsWebAcl"]
+    assert "us-east-1" in json.dumps(rule["RuleCondition"])
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "EdgeWebAclArn"}, ""]}]}
+    pattern = re.compile(template.data["Parameters"]["EdgeWebAclArn"]["AllowedPattern"])
+    assert pattern.fullmatch("")
+    assert pattern.fullmatch("arn:aws:wafv2:us-east-1:123456789012:global/webacl/seckill-waf/abc")
+    assert not pattern.fullmatch("arn:aws:wafv2:eu-west-1:123456789012:regional/webacl/seckill-waf/abc")
+
+
+def test_waf_logs_only_what_it_blocks_or_challenges(template: Template) -> None:
+    group = template.resource("EdgeWafLogs")["Properties"]
+    assert group["LogGroupName"]["Fn::Sub"].startswith("aws-waf-logs-")  # WAF's required prefix
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    logging = template.resource("EdgeWafLogging")["Properties"]
+    assert logging["LoggingFilter"]["DefaultBehavior"] == "DROP"
+    (keep,) = logging["LoggingFilter"]["Filters"]
+    assert keep["Behavior"] == "KEEP"
+    assert {c["ActionCondition"]["Action"] for c in keep["Conditions"]} == {"BLOCK", "CAPTCHA"}
+
+
+# --- the sale's dashboard --------------------------------------------------------------------
+
+
+def dashboard(transformed: dict[str, Any], **parameters: str) -> dict[str, Any]:
+    """The dashboard's JSON as CloudFormation would write it, every ${...} a placeholder."""
+    body = stack(transformed, **parameters)["SaleDashboard"]["Properties"]["DashboardBody"]
+    separator, parts = body["Fn::Join"]
+
+    def text(part: Any) -> str:
+        if isinstance(part, str):
+            return part
+        template = part["Fn::Sub"] if isinstance(part["Fn::Sub"], str) else part["Fn::Sub"][0]
+        return re.sub(r"\$\{([\w:.]+)\}", lambda m: m[1].replace(":", "_"), template)
+
+    found: dict[str, Any] = json.loads(separator.join(text(p) for p in parts))
+    return found
+
+
+def test_the_dashboard_shows_the_noon(transformed: dict[str, Any]) -> None:
+    with_edge, without = dashboard(transformed), dashboard(transformed, Edge="none")
+    shown = json.dumps(with_edge)
+    # Every refusal the gate can answer, as the API counts it (seckill.press.tally: "Refused" + code).
+    for refusal in REFUSALS.values():
+        assert f'"Refused{refusal.code}"' in shown, refusal.code
+    for metric in ("OrdersAccepted", "TryAgain", "FunctionInvocations", "BlockedRequests", "Throttles"):
+        assert metric in shown, metric
+    for queue in ("OrderQueue", "OrderExpiryQueue", "OrderDeadLetterQueue", "OrderPoisonQueue", "EdgeStateQueue"):
+        assert f"{queue}.QueueName" in shown, queue
+    # CloudFront's and WAF's metrics are in us-east-1 whatever the stack's region.
+    edge_widgets = [w for w in with_edge["widgets"] if "AWS/CloudFront" in json.dumps(w) or "WAFV2" in json.dumps(w)]
+    assert len(edge_widgets) == 2
+    assert all(w["properties"]["region"] == "us-east-1" for w in edge_widgets)
+    assert len(without["widgets"]) == len(with_edge["widgets"]) - 3
+    assert "Edge" not in json.dumps(without)
