@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from seckill.infra import keys
 from seckill.infra.results import fail
-from seckill.press.gate import REFUSALS
+from seckill.press.gate import ENDED, NOT_STARTED, REFUSALS, SOLD_OUT
 from seckill_demo.load import Press
 from seckill_demo.report import Check
 
@@ -34,10 +34,12 @@ BIN = 0.1  # seconds per bar of the plot
 # request leaves (sent) and after its answer came back, so no slack is needed beyond one
 # millisecond of rounding.
 AFTER_FLAG_TOLERANCE = 0.001
-# A return on sale this long must have cleared the flag: locally the clear is one message
-# through the queue, the feeder's next receive and one PutKey (RETURN_LAG measured in docs/edge.md).
+# Units back on sale this long must have cleared the flag: locally the clear is one notice
+# through EdgeStateQueue, the feeder's next receive (a 1 s long poll at most) and one PutKey
+# (docs/edge.md has a run's clear lag).
 RETURN_CLEARS_WITHIN = 1.0
-EDGE_CODES = {REFUSALS[code].code for code in REFUSALS if REFUSALS[code].status == 409} - {"DUPLICATE_ORDER"}
+# What the edge may answer: the gate's refusals that hold for everyone.
+EDGE_CODES = {REFUSALS[outcome].code for outcome in (NOT_STARTED, ENDED, SOLD_OUT)}
 
 
 def function_body(code: str) -> bytes:
@@ -214,9 +216,16 @@ def edge_figures(
     }
 
 
-def check_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], first_wave: int) -> list[Check]:
+def check_edge(
+    presses: list[Press],
+    watch: EdgeWatch,
+    figures: dict[str, Any],
+    first_wave: int,
+    clears_within: float = RETURN_CLEARS_WITHIN,
+) -> list[Check]:
     """What the edge may do (it answers only what the gate has decided, as the function
-    would) and how soon its flag follows the stock, from the presses and the samples."""
+    would) and how soon its flag follows the stock, from the presses and the samples.
+    ``clears_within``: how long units back on sale may stay behind the flag."""
     started = watch.started
     answered = [p for p in presses if p.edge]
     not_refusal = [p for p in answered if p.status != 409 or p.code not in EDGE_CODES]
@@ -261,21 +270,20 @@ def check_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], 
         )
     flagged = [r for r in returns if r.flagged]
     if flagged:
-        uncleared = [r for r in flagged if r.cleared_at is None and r.end - r.at > RETURN_CLEARS_WITHIN]
+        uncleared = [r for r in flagged if r.cleared_at is None and r.end - r.at > clears_within]
         checks.append(
             Check(
                 "the flag clears when units come back",
                 not uncleared,
                 f"{len(returns)} returns, {len(flagged)} while the store said sold out: it cleared after "
                 f"{figures['returns_cleared']} of them (at most {figures['clear_lag_ms'] or 0:,.0f} ms after); "
-                f"{len(uncleared)} on sale over {RETURN_CLEARS_WITHIN:.0f} s without clearing",
+                f"{len(uncleared)} on sale over {clears_within:.0f} s without clearing",
             )
         )
     if returns:
-        # A refusal of a unit on sale is the flag's lag: until it cleared, or at most RETURN_CLEARS_WITHIN.
+        # A refusal of a unit on sale is the flag's lag: until it cleared, or at most clears_within.
         windows = [
-            (r.at, r.cleared_at + SAMPLE_EVERY if r.cleared_at is not None else r.at + RETURN_CLEARS_WITHIN)
-            for r in returns
+            (r.at, r.cleared_at + SAMPLE_EVERY if r.cleared_at is not None else r.at + clears_within) for r in returns
         ]
         stale = []
         for p in answered:
