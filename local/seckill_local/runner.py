@@ -9,9 +9,9 @@
   seckill-local schedule --env-vars events/env.json       scheduled functions, on their rate
 
 Redis and MySQL are the real local servers named in the env-vars file.
---edge (or EDGE_KVS_ARN in the env-vars file's Parameters) runs with the edge: the
-functions tell EdgeStateQueue of each state change, feed runs EdgePublisherFunction,
-and start-api serves the user routes through the CloudFront Function too.
+--edge runs with the edge: the functions tell EdgeStateQueue of each state change,
+feed runs EdgePublisherFunction on the local edge's store, and start-api serves the
+routes through the CloudFront Function too.
 SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
 is called in each function's container as it starts, with the function's logical id
 and the container's number.
@@ -62,7 +62,7 @@ class Runner:
         self.endpoint = args.sqs_endpoint
         self.prefix = args.queue_prefix
         self.visibility_timeout = getattr(args, "visibility_timeout", None)
-        self.edge = bool(getattr(args, "edge", False) or self.env_vars.get("Parameters", {}).get("EDGE_KVS_ARN"))
+        self.edge: bool = getattr(args, "edge", False)
         self.kvs_endpoint: str = getattr(args, "kvs_endpoint", None) or DEFAULT_KVS_ENDPOINT
         self._queues: dict[str, str] | None = None
 
@@ -89,10 +89,11 @@ class Runner:
         refs.update(self.env_vars.get("Parameters", {}))
         refs.update(self.queues())
         env = {**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": self.endpoint, "POWERTOOLS_TRACE_DISABLED": "true"}
-        if self.edge and "EDGE_KVS_ARN" in fn.environment:
-            # The publisher writes the local edge's store (the env-vars file may name another ARN).
-            env.update(kvs_environment(self.kvs_endpoint))
         env.update(function_environment(self.template, fn, refs, self.env_vars))
+        if self.edge and "EDGE_KVS_ARN" in fn.environment:
+            # The publisher writes the local edge's store, whatever ARN the env-vars file
+            # gives it for sam local.
+            env.update(kvs_environment(self.kvs_endpoint))
         if EDGE_QUEUE_VARIABLE in fn.environment:
             # Whatever condition the template puts on it: a local run has an edge when asked for;
             # without one the functions send no notices (nothing would publish them).
@@ -314,7 +315,9 @@ def parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--queue-prefix", default="", help="prefix for local queue names (isolates runs)")
     common.add_argument(
-        "--edge", action="store_true", help="run with the local edge (also on when the env-vars file sets EDGE_KVS_ARN)"
+        "--edge",
+        action="store_true",
+        help="run with the local edge (EdgeStateQueue, its publisher, the CloudFront Function)",
     )
     common.add_argument(
         "--kvs-endpoint",

@@ -33,7 +33,7 @@ INSTALLS = {
     ],
 }
 # The commands each install brings, as its distributions declare them.
-OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate"}
+OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate", "seckill-capacity"}
 LOCAL = {"seckill-local", "seckill-tokens", "seckill-openapi"}
 COMMANDS = {
     "product": set(),
@@ -109,6 +109,19 @@ def test_each_install_leaves_out_what_it_does_not_import(
     done = run_in(installed(name), "python", "-c", check, *ABSENT[name], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+def test_seckill_capacity_runs_in_the_ops_install_and_says_what_plot_needs(
+    installed: functools.partial[Path], tmp_path: Path
+) -> None:
+    bin_dir = installed("ops")
+    done = run_in(bin_dir, "seckill-capacity", "--users", "1000", "--stock", "10", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "First wall with the edge" in done.stdout
+    # matplotlib is the [plot] extra's: the plain install has none.
+    done = run_in(bin_dir, "seckill-capacity", "--plot", str(tmp_path / "c.png"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "seckill-ops[plot]" in done.stderr
 
 
 def test_the_product_alone_imports_every_module_and_finds_its_scripts(

@@ -51,6 +51,9 @@ class Upstream:
 
     def __init__(self) -> None:
         self.seen: list[Seen] = []
+        # One connection, one request: the next one on it is dropped unanswered, as by a
+        # server that closed the connection while it sat idle in the edge's pool.
+        self.one_per_connection = False
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +64,13 @@ class Upstream:
                     return self._serve
                 raise AttributeError(name)
 
+            served = 0
+
             def _serve(self) -> None:
+                self.served += 1
+                if upstream.one_per_connection and self.served > 1:
+                    self.close_connection = True
+                    return
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -169,6 +178,7 @@ def test_a_voucher_still_on_sale_or_unknown_is_forwarded_and_answered_by_the_ups
         ("POST", "/voucher-order/seckill/8", body),
     ]
     assert all(s.headers["authorization"] == TOKEN and s.headers["x-trace"] == "t1" for s in upstream.seen)
+    assert all(s.headers["x-forwarded-for"] == "127.0.0.1" for s in upstream.seen)  # the viewer, as CloudFront adds it
     assert edge.stats().forwarded == 2
 
 
@@ -194,6 +204,17 @@ def test_other_routes_are_forwarded_with_their_query_strings_as_sent(
 
     assert [(s.method, s.target) for s in upstream.seen] == [("GET", target) for target in targets]
     assert upstream.seen[0].headers["cookie"] == "session=s1; theme=dark"
+
+
+def test_a_request_on_a_kept_alive_connection_the_upstream_dropped_is_sent_again(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    upstream.one_per_connection = True
+
+    answers = [press(http, edge, voucher_id).status for voucher_id in (1, 2, 3)]
+
+    assert answers == [Upstream.STATUS] * 3
+    assert [s.target for s in upstream.seen] == [f"/voucher-order/seckill/{n}" for n in (1, 2, 3)]
 
 
 def test_a_write_with_a_stale_etag_is_a_conflict_and_changes_nothing(edge: EdgeServer, kvs: Any) -> None:
@@ -365,13 +386,15 @@ def test_with_the_edge_the_senders_get_the_queue_and_the_publisher_the_local_sto
     assert kvs_environment("http://127.0.0.1:4999").items() <= publisher.items()
 
 
-def test_an_env_vars_file_naming_a_store_turns_the_edge_on_and_its_arn_wins(edge_runner: Any) -> None:
-    other = "arn:aws:cloudfront::000000000000:key-value-store/other"
-    runner = edge_runner(edge=False, parameters={"EDGE_KVS_ARN": other})
+def test_with_the_edge_the_publisher_writes_the_local_store_whatever_the_env_vars_file_names(
+    edge_runner: Any,
+) -> None:
+    """events/env.json gives the publisher a placeholder ARN, for sam local; the local edge's store has its own."""
+    placeholder = "arn:aws:cloudfront::123456789012:key-value-store/00000000-0000-0000-0000-000000000000"
+    runner = edge_runner(edge=True, parameters={"EDGE_KVS_ARN": placeholder, "EDGE_STATE_QUEUE_URL": ""})
 
     sender = runner.environment(runner.function("SenderFunction"))
     publisher = runner.environment(runner.function("PublisherFunction"))
 
     assert sender["EDGE_STATE_QUEUE_URL"] == runner.queues()["EdgeStateQueue"]
-    assert publisher["EDGE_KVS_ARN"] == other
-    assert publisher["AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"] == KVS_ENDPOINT
+    assert publisher["EDGE_KVS_ARN"] == KVS_ARN

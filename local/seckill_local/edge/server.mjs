@@ -30,8 +30,8 @@ for (const name of ['function', 'upstream', 'kvs-arn']) {
   }
 }
 
-// CloudFront's documented limits on a key value store: key 512 bytes, value 1 KB,
-// the whole store 5 MB.
+// CloudFront's documented sizes (kvs-with-functions-create-s3-kvp.html): a key of 512,
+// a value of 1,024 (characters there, bytes here: the same for ASCII), a store of 5 MB.
 const MAX_KEY_BYTES = 512;
 const MAX_VALUE_BYTES = 1024;
 const MAX_STORE_BYTES = 5 * 1024 * 1024;
@@ -253,7 +253,9 @@ function values(entry) {
   return (entry.multiValue ?? [entry]).map((item) => item.value);
 }
 
-function forward(req, res, request) {
+// The viewer's body is read whole (a press's is empty or small) so that a request sent on a
+// kept-alive connection the upstream had just closed can be sent again: it never reached it.
+async function forward(req, res, request) {
   const query = Object.entries(request.querystring ?? {}).flatMap(([name, entry]) =>
     values(entry).map((value) => (value === '' ? name : `${name}=${value}`)),
   );
@@ -262,28 +264,36 @@ function forward(req, res, request) {
   const cookies = Object.entries(request.cookies ?? {}).flatMap(([name, entry]) => values(entry).map((v) => `${name}=${v}`));
   if (cookies.length) headers.cookie = cookies.join('; ');
   headers.host = upstream.host;
-  const out = http.request(
-    {
-      host: upstream.hostname,
-      port: upstream.port,
-      method: req.method,
-      path: request.uri + (query.length ? `?${query.join('&')}` : ''),
-      headers,
-      agent,
-    },
-    (answer) => {
+  // CloudFront appends the viewer's address, as a proxy does ("Client IP addresses" in
+  // docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/RequestAndResponseBehaviorCustomOrigin.html).
+  const viewer = req.socket.remoteAddress;
+  headers['x-forwarded-for'] = headers['x-forwarded-for'] ? `${headers['x-forwarded-for']}, ${viewer}` : viewer;
+  const body = await readBody(req);
+  if (body.length > 0 || 'content-length' in headers) headers['content-length'] = String(body.length);
+  const options = {
+    host: upstream.hostname,
+    port: upstream.port,
+    method: req.method,
+    path: request.uri + (query.length ? `?${query.join('&')}` : ''),
+    headers,
+    agent,
+  };
+  const attempt = (retry) => {
+    const out = http.request(options, (answer) => {
       const back = {};
       for (const [name, value] of Object.entries(answer.headers)) if (!HOP.has(name)) back[name] = value;
       res.writeHead(answer.statusCode, back);
       answer.pipe(res);
-    },
-  );
-  out.on('error', (error) => {
-    console.error('upstream:', error.message);
-    if (!res.headersSent) send(res, 502, { 'content-type': 'text/plain' }, 'Bad Gateway');
-    else res.destroy();
-  });
-  req.pipe(out);
+    });
+    out.on('error', (error) => {
+      if (retry && out.reusedSocket && error.code === 'ECONNRESET') return attempt(false);
+      console.error('upstream:', error.message);
+      if (!res.headersSent) send(res, 502, { 'content-type': 'text/plain' }, 'Bad Gateway');
+      else res.destroy();
+    });
+    out.end(body);
+  };
+  attempt(true);
 }
 
 function answer(req, res, response) {
@@ -325,7 +335,7 @@ const viewerServer = http.createServer(async (req, res) => {
     answer(req, res, result);
   } else {
     stats.forwarded += 1;
-    forward(req, res, result ?? event.request);
+    forward(req, res, result ?? event.request).catch(() => res.destroy()); // the viewer went away
   }
 });
 

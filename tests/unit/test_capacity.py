@@ -1,0 +1,227 @@
+"""seckill-capacity's model: its arithmetic on a sale small enough to count by hand, where
+the first wall stands with the edge and without, the prices, the sources, the exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from seckill_local.checkout import ROOT
+from seckill_ops import capacity
+from seckill_ops.capacity import ASSUMPTIONS, FIGURES, Profile, main, model
+
+# 1,000 users x 3 presses for 10 units over 10 s: 1,500 presses in the first second, then
+# 1,500 / 9 a second. The 10 units are gone after 10 x 3 = 30 presses (0.02 s); with 5 s of
+# propagation the edge answers from 5.02 s: the 1,500 x 4.98 / 9 = 830 presses left.
+SMALL = Profile(users=1_000, presses=3, stock=10, seconds=10)
+EDGE_SHARE = 830 / 3_000
+
+
+def test_the_profile_counts_presses_and_derives_the_edge_share() -> None:
+    assert SMALL.total == 3_000
+    assert SMALL.cumulative(1) == pytest.approx(1_500)
+    assert SMALL.cumulative(10) == pytest.approx(3_000)
+    assert SMALL.sold_out_at() == pytest.approx(0.02)
+    assert SMALL.edge_from() == pytest.approx(5.02)
+    assert SMALL.share_at_edge() == pytest.approx(EDGE_SHARE)
+    # More units than users: nothing sells out, the edge never answers.
+    assert Profile(users=5, presses=2, stock=10, seconds=10).share_at_edge() == 0
+
+
+def test_without_the_edge_every_press_reaches_the_api() -> None:
+    c = model(SMALL, edge=False).counts
+    assert c["cloudfront_requests"] == c["waf_requests"] == c["function_invocations"] == 0
+    assert c["apigw_requests"] == pytest.approx(3_000)
+    assert c["apigw_throttled"] == 0  # 1,500 a second is under 10,000 and its burst
+    assert c["api_invocations"] == pytest.approx(3_000)
+    assert c["authorizer_invocations"] == pytest.approx(1_000)  # one per user: the 30 s cache outlasts the sale
+    assert (c["accepted"], c["persister_invocations"], c["rds_statements"], c["rds_transactions"]) == (10, 1, 20, 1)
+    assert c["sqs_sends"] == 11  # the 10 orders and the batch's expiries
+    assert c["sqs_receives"] == c["sqs_deletes"] == 1
+    assert c["redis_commands"] == pytest.approx(10 * 4 + 2_990 * 1 + 1_000 * 1)
+
+
+def test_with_the_edge_the_edge_answers_its_share_and_the_api_the_rest() -> None:
+    c = model(SMALL, edge=True).counts
+    assert c["cloudfront_requests"] == c["waf_requests"] == c["function_invocations"] == c["kvs_reads"] == 3_000
+    assert c["answered_at_edge"] == pytest.approx(830)
+    assert c["apigw_requests"] == c["api_invocations"] == pytest.approx(2_170)
+    # A user reaches the API unless all 3 of their presses are answered at the edge.
+    assert c["authorizer_invocations"] == pytest.approx(1_000 * (1 - EDGE_SHARE**3))
+    assert c["publisher_invocations"] == 1
+    assert c["sqs_sends"] == 12  # and the sold-out notice
+
+
+def test_api_gateway_admits_its_rate_plus_what_the_bucket_holds() -> None:
+    assert capacity._throttle([20_000, 20_000, 5_000, 20_000], 10_000, 5_000) == [15_000, 10_000, 5_000, 15_000]
+
+
+def test_the_million_user_sale_meets_api_gateway_without_the_edge_and_cloudfront_with_it() -> None:
+    sale = Profile(users=1_000_000, presses=3, stock=200, seconds=10)
+    without, with_edge = model(sale, edge=False), model(sale, edge=True)
+    wall = without.first_wall()
+    assert wall is not None
+    assert (wall.layer, wall.exceeded_at, wall.peak) == ("API Gateway", 0, pytest.approx(1_500_000))
+    # 15,000 in the first second, then 10,000 a second: the rest is answered 429.
+    assert without.counts["api_invocations"] == pytest.approx(15_000 + 9 * 10_000)
+    wall = with_edge.first_wall()
+    assert wall is not None
+    assert (wall.layer, wall.exceeded_at) == ("CloudFront", 0)  # 1.5 million a second against 250,000
+
+
+def test_the_edge_moves_the_wall_off_the_api_once_it_knows_the_sale_is_over() -> None:
+    # 100,000 users, 4% of their 300,000 presses in the first second (12,000: under 10,000 plus
+    # the 5,000 burst), then 32,000 a second: API Gateway's wall is in second 1.
+    sale = Profile(users=100_000, presses=3, stock=200, seconds=10, burst_share=0.04, propagation_seconds=0)
+    wall = model(sale, edge=False).first_wall()
+    assert wall is not None
+    assert (wall.layer, wall.exceeded_at) == ("API Gateway", 1)
+    # The edge forwards the first second whatever it knows (its clock skew), then answers the rest.
+    assert sale.edge_from() == 1
+    with_edge = model(sale, edge=True)
+    assert with_edge.first_wall() is None
+    assert with_edge.counts["apigw_requests"] == pytest.approx(12_000)
+
+
+def test_the_edge_never_answers_within_its_skew_of_the_start() -> None:
+    assert replace(SMALL, propagation_seconds=0).edge_from() == 1
+
+
+def test_the_reduced_regions_throttle_sooner() -> None:
+    # 4,500 presses in the first second: under 10,000 plus 5,000, over 2,500 plus 1,250.
+    sale = Profile(users=3_000, presses=3, stock=10, seconds=10)
+    assert model(sale, edge=False).first_wall() is None
+    reduced = model(replace(sale, reduced_region=True), edge=False)
+    wall = reduced.first_wall()
+    assert wall is not None
+    assert (wall.layer, wall.limit, wall.exceeded_at) == ("API Gateway", 2_500 + 1_250, 0)
+    assert reduced.counts["apigw_throttled"] == pytest.approx(4_500 - 3_750)
+
+
+def test_the_persister_drains_as_lambda_adds_pollers() -> None:
+    # 5 pollers the first minute whatever MaximumConcurrency allows, then 305.
+    assert capacity._pollers(0, 1_000) == 5
+    assert capacity._pollers(60, 1_000) == 305
+    assert capacity._pollers(600, 1_000) == 1_000
+    assert capacity._pollers(600, 5) == 5
+    # 1 s batches: 300 batches in the first minute, the next 305 in 1 s.
+    assert capacity._drain_seconds(605, 1_000, 1.0) == pytest.approx(61)
+    assert capacity._drain_seconds(20, 5, 0.5) == pytest.approx(2)
+
+
+def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
+    without, with_edge = model(SMALL, edge=False), model(SMALL, edge=True)
+    for s in (without, with_edge):
+        assert s.total_dollars == pytest.approx(sum(c.dollars for c in s.costs))
+    lines = {(c.layer, c.item): c.dollars for c in without.costs}
+    assert lines["API Gateway", "HTTP API requests"] == pytest.approx(3_000 / 1e6 * 1.00)
+    assert lines["Lambda", "requests"] == pytest.approx((3_000 + 1_000 + 1) / 1e6 * 0.20)
+    # 512 MB: 10 accepted x 4 ms (3.6 billed as 4), 2,990 refused and 1,000 authorizer calls x 1 ms, one 18 ms batch.
+    gb_s = (10 * 4 + 2_990 + 1_000 + 18) / 1000 * 0.5
+    assert lines["Lambda", "duration"] == pytest.approx(gb_s * 0.00001667)
+    assert lines["SQS", "requests"] == pytest.approx((11 + 1 + 1) / 1e6 * 0.40)
+    edge_lines = {(c.layer, c.item): c.dollars for c in with_edge.costs}
+    assert edge_lines["CloudFront", "HTTPS requests"] == pytest.approx(3_000 / 10_000 * 0.01)
+    assert edge_lines["WAF", "requests inspected"] == pytest.approx(3_000 / 1e6 * 0.60)
+    assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(5 + 2 * 1)
+    assert not without.monthly
+    # Bot Control: its subscription, one more rule, and its fee on every request.
+    bot = model(replace(SMALL, bot_control=True), edge=True)
+    assert sum(c.dollars for c in bot.monthly) == pytest.approx(5 + 3 * 1 + 10)
+    assert bot.total_dollars - with_edge.total_dollars == pytest.approx(3_000 / 1e6 * 1.00)
+
+
+def test_every_figure_has_its_aws_page_and_every_input_its_origin() -> None:
+    for f in FIGURES.values():
+        # AWS's documentation, its pages and posts, or its own guides on aws.github.io.
+        assert f.source.startswith(
+            ("https://docs.aws.amazon.com/", "https://aws.amazon.com/", "https://aws.github.io/")
+        ), f.name
+        assert f.read, f.name
+        assert f.unit, f.name
+        assert f.value > 0, f.name
+        assert f.checked or f.note, f"{f.name}: an unconfirmed value says why"
+    for a in ASSUMPTIONS.values():
+        assert a.origin, a.name
+        assert a.unit, a.name
+    # Every price a cost line uses is in the table.
+    scenario = model(Profile(users=10, presses=1, stock=1, seconds=1, bot_control=True), edge=True)
+    assert {c.price for c in scenario.costs + scenario.monthly} <= set(FIGURES)
+
+
+def test_docs_capacity_cites_every_figure_s_page() -> None:
+    page = (ROOT / "docs" / "capacity.md").read_text(encoding="utf-8")
+    missing = {f.name for f in FIGURES.values() if f.source not in page}
+    assert not missing
+
+
+def test_docs_capacity_shows_the_command_s_current_output(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (ROOT / "docs" / "capacity.md").read_text(encoding="utf-8")
+    command = "$ seckill-capacity --users 1000000 --presses 3 --stock 200 --seconds 10\n"
+    pasted = page.split(command, 1)[1].split("\n```", 1)[0]
+    assert main(command.split()[2:]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == pasted, "rerun the command and paste its output"
+
+
+def test_main_prints_both_scenarios_and_the_walls(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--users", "1000", "--stock", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "First wall without the edge: none" in out
+    assert "| SeckillApiFunction invocations" in out
+
+
+def test_main_json_takes_the_edge_share_from_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"edge": {"share_of_presses": 0.9}}), encoding="utf-8")
+    assert main(["--users", "1000", "--stock", "10", "--from-report", str(report), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    with_edge = result["scenarios"][1]
+    assert with_edge["edge_share"] == 0.9
+    assert with_edge["counts"]["answered_at_edge"] == pytest.approx(2_700)
+    assert math.isclose(with_edge["total_dollars"], sum(c["dollars"] for c in with_edge["costs"]))
+
+
+def test_a_report_without_an_edge_section_leaves_the_share_derived(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"invariants": {}}), encoding="utf-8")
+    assert main(["--users", "1000", "--stock", "10", "--from-report", str(report), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "no edge.share_of_presses" in captured.err
+    assert json.loads(captured.out)["scenarios"][1]["edge_share"] == pytest.approx(EDGE_SHARE)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--users", "0"],
+        ["--burst-share", "1.5"],
+        ["--edge-share", "-0.1"],
+        ["--seconds", "5", "--burst-seconds", "6"],
+        ["--region-burst", "tiny"],
+        ["--refused-ms", "-1"],
+        ["--from-report", "/nonexistent/report.json"],
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert capsys.readouterr().err
+
+
+def test_a_report_with_a_bad_share_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"edge": {"share_of_presses": "most"}}), encoding="utf-8")
+    assert main(["--from-report", str(report)]) == 2
+    assert "not a share" in capsys.readouterr().err
+
+
+def test_plot_draws_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the [plot] extra; the ops install's lack of it: tests/e2e/test_installs.py
+    target = tmp_path / "capacity.png"
+    assert main(["--users", "1000", "--stock", "10", "--plot", str(target)]) == 0
+    assert target.read_bytes().startswith(b"\x89PNG")
