@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from seckill.edge.state import StateQueue
 from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
@@ -41,17 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.order_queue_url:
         parser.error("ORDER_QUEUE_URL must name the order queue")
     redis = redis_client(settings)
+    scripts = Scripts.register(redis)
     sqs = sqs_client()
     result = reconcile(
         Database.from_settings(settings),
         redis,
-        Scripts.register(redis),
+        scripts,
         OrderQueue(sqs, settings.order_queue_url),
         drained=queue_depth(sqs, settings.order_queue_url) == 0,
         pending_age=pending_age,
         repair=not args.no_repair,
         voucher_ids=args.voucher,
     )
+    # As ReconcilerFunction: the states this pass may have changed, to the edge (with EDGE_STATE_QUEUE_URL).
+    if StateQueue(sqs, settings.edge_state_queue_url).sweep(scripts, [v.voucher_id for v in result.vouchers]):
+        print("some sales' states could not be sent to the edge; the next pass sends them", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
