@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--no-show, --cancel and --hold run on the local services only, not with --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
+    if args.endpoint and (args.edge or args.edge_plot):
+        parser().error("--edge and --edge-plot run the local edge, not with --endpoint")
     if args.endpoint and args.chaos:
         parser().error("--chaos injects faults into the local services only, not with --endpoint")
     try:

@@ -170,6 +170,12 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int
     assert "Faults injected" in result.stdout
 
 
+def test_the_local_edge_is_refused_against_a_stack() -> None:
+    result = flash_sale("--endpoint", "http://127.0.0.1:1", "--stack-name", "x", "--edge", timeout=60)
+    assert result.returncode == 2
+    assert "--edge and --edge-plot run the local edge, not with --endpoint" in result.stderr
+
+
 def test_hold_below_the_contracts_minimum_is_refused() -> None:
     result = flash_sale("--no-show", "0.3", "--hold", "5", timeout=60)
     assert result.returncode == 2
