@@ -172,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="press through the local edge (the CloudFront Function and its KeyValueStore, kept current by "
         "EdgePublisherFunction) and report what it answered (default: on where Node.js 22.5+ is found, as "
-        "`make bench-setup` installs it; --no-edge presses the API directly)",
+        "`make demo` installs it; --no-edge presses the API directly)",
     )
     p.add_argument(
         "--edge-plot",
