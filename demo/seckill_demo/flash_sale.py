@@ -3,7 +3,9 @@
 
 Applies the schema, starts moto SQS, the local HTTP API (authorizer included)
 and the queue feeder, creates a voucher whose sale is open now, mints users,
-and fires their presses concurrently through the real request path. Then it
+and fires their presses concurrently through the real request path: with
+``--edge`` (the default) through the local edge, the CloudFront Function that
+answers the presses already decided (see ``seckill_demo.edge``). Then it
 drains the queue, replays the dead-letter queue, reconciles, re-delivers every
 order once more, asks the status route about every order id it was given, and
 reports. ``--chaos`` injects faults all along (see ``seckill_demo.chaos``);
@@ -43,6 +45,7 @@ from seckill_demo.deployed import run_deployed_sale
 from seckill_demo.scenario import LocalSale, console, run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
+from seckill_local.node import MISSING, node
 from seckill_local.sqs import LOCAL_AWS
 
 
@@ -56,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         console.print(f"[bold red]{problem}")
         return 2
+    edge = args.edge is not False and node() is not None
+    if args.edge and not edge:
+        console.print(f"[bold red]--edge runs the local edge on Node.js. {MISSING}")
+        return 2
+    if args.edge is None and not edge:
+        console.print(f"[yellow]the sale runs without the edge[/]: {MISSING}")
     migrate(creds)
     console.print(f"schema applied to [bold]{creds.database}[/] on {creds.host}:{creds.port}")
     console.print(f"seed {args.seed}")
@@ -71,12 +80,15 @@ def run(args: argparse.Namespace) -> int:
                 env_vars = chaos.function_env()
                 console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
             env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
-            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=2 if args.chaos else 10)
+            vt = 2 if args.chaos else 10
+            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge)
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
-            with console.status("starting moto SQS, the local HTTP API and the queue feeder..."):
+            with console.status("starting moto SQS, the local HTTP API (and edge) and the queue feeder..."):
                 stack.start()
             console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
+            if stack.edge is not None:
+                console.print(f"the users press through the edge on {stack.edge.url}")
             return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http, chaos), creds)
         finally:
             if stack is not None:
@@ -155,6 +167,19 @@ def parser() -> argparse.ArgumentParser:
         help="draw Redis stock through the sale to this PNG (default with --no-show, --cancel or --hold: "
         "seckill-sale-<voucherId>-stock.png in the current folder)",
     )
+    p.add_argument(
+        "--edge",
+        action=argparse.BooleanOptionalAction,
+        help="press through the local edge (the CloudFront Function and its KeyValueStore, kept current by "
+        "EdgePublisherFunction) and report what it answered (default: on where Node.js 22.5+ is found, as "
+        "`make demo` installs it; --no-edge presses the API directly)",
+    )
+    p.add_argument(
+        "--edge-plot",
+        type=Path,
+        help="draw the presses answered at the edge and by the function to this PNG (default with --edge: "
+        "seckill-sale-<voucherId>-edge.png in the current folder)",
+    )
     p.add_argument("--logs", type=Path, help="keep the runner's logs in this folder (default: a temporary one)")
     deployed = p.add_argument_group(
         "a deployed stack (instead of the local services; AWS credentials as boto3 finds them)"
@@ -185,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--no-show, --cancel and --hold run on the local services only, not with --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
+    if args.endpoint and (args.edge or args.edge_plot):
+        parser().error("--edge and --edge-plot run the local edge, not with --endpoint")
     if args.endpoint and args.chaos:
         parser().error("--chaos injects faults into the local services only, not with --endpoint")
     try:

@@ -29,6 +29,9 @@ class Press:
     code: str | None
     order_id: str | None
     latency_ms: float
+    sent: float = 0.0  # time.monotonic() as the press left the client
+    edge: bool = False  # answered at the edge (x-seckill-edge: 1), not by the function
+    body: bytes = b""  # the answer's body, as sent: the edge's must equal the function's
 
 
 def fire(
@@ -52,16 +55,17 @@ def fire(
     done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
 
     def attempt(user_id: int) -> Press:
-        started = time.perf_counter()
+        sent, started = time.monotonic(), time.perf_counter()
         try:
             response = http.request("POST", url, headers={"authorization": tokens[user_id]})
             elapsed = (time.perf_counter() - started) * 1000
             payload = json.loads(response.data) if response.data else {}
             order = payload.get("data") if response.status == 202 else None
             code = payload.get("code") or payload.get("message")
-            return Press(user_id, response.status, code, order, elapsed)
+            edge = response.headers.get("x-seckill-edge") == "1"
+            return Press(user_id, response.status, code, order, elapsed, sent, edge, response.data)
         except Exception as exc:
-            return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000)
+            return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000, sent)
 
     def press(index: int) -> list[Press]:
         """One press, as the app would make it: 503 TRY_AGAIN is retried after a short pause."""

@@ -61,6 +61,8 @@ class Report:
     not_checked: dict[str, str] = field(default_factory=dict)  # invariant -> why it cannot be checked here
     holds: dict[str, int] | None = None  # paid, expired, cancelled, resold, waves...; None: no holds run
     plot: str = ""  # the stock plot's path, or why there is none
+    edge: dict[str, Any] | None = None  # what the edge answered and how soon (seckill_demo.edge); None: no edge
+    edge_plot: str = ""  # the edge plot's path
 
     @property
     def ok(self) -> bool:
@@ -255,6 +257,33 @@ def check_from_outside(
     ]
 
 
+def ms(value: float | None) -> str:
+    return "never" if value is None else f"{value:,.0f} ms"
+
+
+def edge_rows(table: Table, edge: dict[str, Any]) -> None:
+    """The edge's figures (``seckill_demo.edge.edge_figures``)."""
+    table.add_row("edge: answered / reached the function", f"{edge['answered']:,} / {edge['forwarded']:,}")
+    table.add_row(
+        "edge: share of presses / of refusals",
+        f"{edge['share_of_presses']:.1%} / {edge['share_of_refusals']:.1%}",
+    )
+    table.add_row(
+        "edge: share of presses after sell-out",
+        f"{edge['share_after_sellout']:.1%} of {edge['presses_after_sellout']:,}",
+    )
+    table.add_row("edge: SOLD_OUT lag (last 202 -> first at the edge)", ms(edge["flag_lag_ms"]))
+    table.add_row(
+        "edge: SOLD_OUT lag (Redis stock 0 -> the store), sell-outs",
+        f"{ms(edge['flag_lag_sampled_ms'])}, {edge['sellouts_flagged']} of {edge['sellouts']} flagged",
+    )
+    if edge["returns"]:
+        table.add_row(
+            "edge: units back (while flagged) / flag cleared, within",
+            f"{edge['returns']} ({edge['returns_flagged']}) / {edge['returns_cleared']}, {ms(edge['clear_lag_ms'])}",
+        )
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
@@ -294,10 +323,13 @@ def render(report: Report, console: Console | None = None) -> None:
     table.add_row(
         "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
     )
+    if report.edge is not None:
+        edge_rows(table, report.edge)
     table.add_row("seed", str(report.seed))
     out.print(table)
-    if report.plot:
-        out.print(report.plot, soft_wrap=True)  # a path must stay whole to be copied
+    for plot in (report.plot, report.edge_plot):
+        if plot:
+            out.print(plot, soft_wrap=True)  # a path must stay whole to be copied
     if report.faults:
         faults = Table(title="Faults injected")
         for column in ("fault", "injected", "absorbed by", "evidence"):

@@ -25,6 +25,7 @@ import urllib3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from seckill.edge.state import StateQueue
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill.infra.lua_scripts import Scripts
@@ -33,7 +34,16 @@ from seckill.repair.reconcile import reconcile
 from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
-from seckill_demo.chaos import MALFORMED, Chaos
+from seckill_demo.chaos import MALFORMED, RECONCILE_EVERY, Chaos
+from seckill_demo.edge import (
+    RETURN_CLEARS_WITHIN,
+    EdgeWatch,
+    check_edge,
+    check_server,
+    edge_figures,
+    plot_edge,
+    since,
+)
 from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
@@ -42,6 +52,7 @@ from seckill_local.sqs import sqs_client
 
 console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
+EDGE_STATE_QUEUE = "EdgeStateQueue"
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
@@ -70,6 +81,7 @@ class Sale:
     ) -> None:
         self.args = args
         self.api_url = api_url
+        self.press_url = api_url  # where the users press: the edge's, when the sale has one
         self.http = http
         self.admin = admin
         self.sqs = sqs
@@ -107,7 +119,7 @@ class Sale:
         args = self.args
         return fire(
             self.http,
-            self.api_url,
+            self.press_url,
             self.voucher_id,
             tokens,
             args.presses,
@@ -171,6 +183,11 @@ class LocalSale(Sale):
         sqs = sqs_client(stack.sqs_endpoint)
         queues = {name: sqs.get_queue_url(QueueName=name)["QueueUrl"] for name in QUEUES}
         super().__init__(args, stack.api_url, http, AdminClient(http, stack.api_url), sqs, queues)
+        edge_queue = ""
+        if stack.edge is not None:
+            self.press_url = stack.edge.url
+            edge_queue = sqs.get_queue_url(QueueName=EDGE_STATE_QUEUE)["QueueUrl"]
+        self.edge_states = StateQueue(sqs, edge_queue)  # no queue URL: sends nothing
         self.stack = stack
         self.redis = redis
         self.db = db
@@ -238,6 +255,9 @@ class LocalSale(Sale):
             pending_age=pending_age,
             voucher_ids=[self.voucher_id],
         )
+        # As ReconcilerFunction does: the sale's state sent to the edge again (a unit released
+        # or rebuilt here is on sale again; only this tells the edge).
+        self.edge_states.sweep(self.scripts, [self.voucher_id])
         return {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
 
     def failed_reasons(self) -> dict[str, int]:
@@ -272,7 +292,14 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
+    edge = sale.stack.edge
+    counted = None if edge is None else edge.stats()  # the readiness probes went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
+        watch = None
+        if edge is not None:
+            watch = stack.enter_context(
+                EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
+            )
         reconciled: Counter[str] = Counter()
         run = HoldsRun(sale, sampler) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
@@ -302,6 +329,17 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             run.waves(progress, presses, tokens)
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
+    edge_report, edge_plot, edge_checks = None, "", []
+    if edge is not None and watch is not None:
+        stats = since(edge.stats(), counted)
+        edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
+        # A chaos run gives units back unnoticed (a press's release before its 503): its sweep clears them.
+        within = RETURN_CLEARS_WITHIN + (RECONCILE_EVERY if sale.chaos is not None else 0)
+        edge_checks = [*check_edge(presses, watch, edge_report, len(rush), within), check_server(presses, stats)]
+        path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
+        edge_plot = plot_edge(
+            presses, watch, edge_report, path, f"voucher {sale.voucher_id}: presses at the edge and at the function"
+        )
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
     poisoned = sale.poisoned() if sale.chaos is not None else []
@@ -347,7 +385,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         checks=checks,
         faults=sale.chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if sale.chaos is not None else [],
         plot=plot,
+        edge=edge_report,
+        edge_plot=edge_plot,
     )
+    report.checks.extend(edge_checks)
     if held is not None and run is not None:
         report.reconciliation = dict(reconciled + run.reconciled)
         if sale.chaos is not None:

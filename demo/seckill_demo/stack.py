@@ -11,16 +11,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pymysql
 import urllib3
+from botocore.config import Config
 from redis.exceptions import RedisError
 
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials
+from seckill_local.edge import KVS_ARN, KVS_ENDPOINT
 from seckill_local.ports import free_port
 from seckill_local.sqs import sqs_client
 
@@ -30,14 +34,54 @@ START_MARIADB = (
 )
 
 
-class LocalStack:
-    """The runner's three processes: moto SQS, the HTTP API and the queue feeder."""
+@dataclass(frozen=True)
+class LocalEdge:
+    """The local edge ``seckill-local start-api --edge`` runs: the CloudFront Function in
+    front of the API (``url``) and its KeyValueStore's listener."""
 
-    def __init__(self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int) -> None:
+    url: str
+    kvs_endpoint: str
+
+    def reader(self, voucher_id: int) -> Callable[[], str | None]:
+        """Reads the voucher's entry as the publisher writes it: the cloudfront-keyvaluestore
+        client, through the listener (see ``seckill_local.edge``); None while it has none."""
+        client = boto3.client(
+            "cloudfront-keyvaluestore",
+            endpoint_url=KVS_ENDPOINT,
+            region_name="us-east-1",
+            config=Config(proxies={"http": self.kvs_endpoint}, retries={"max_attempts": 1}),
+        )
+
+        def read() -> str | None:
+            try:
+                return str(client.get_key(KvsARN=KVS_ARN, Key=str(voucher_id))["Value"])
+            except client.exceptions.ResourceNotFoundException:
+                return None
+
+        return read
+
+    def stats(self) -> dict[str, int] | None:
+        """The edge server's own count (``/__edge/stats``); None if it does not answer."""
+        http = urllib3.PoolManager(retries=False, timeout=5)
+        with contextlib.suppress(urllib3.exceptions.HTTPError, ValueError):
+            answer = http.request("GET", f"{self.kvs_endpoint}/__edge/stats")
+            if answer.status == 200:
+                return {k: int(v) for k, v in json.loads(answer.data).items()}
+        return None
+
+
+class LocalStack:
+    """The runner's three processes: moto SQS, the HTTP API (behind the edge, with
+    ``edge``) and the queue feeder (EdgePublisherFunction's too, with ``edge``)."""
+
+    def __init__(
+        self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int, edge: bool = False
+    ) -> None:
         self.workdir = workdir
         self.sqs_port, self.api_port = free_port(), free_port()
         self.sqs_endpoint = f"http://127.0.0.1:{self.sqs_port}"
         self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.edge = LocalEdge(f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}") if edge else None
         self.containers = containers
         self.visibility_timeout = visibility_timeout
         env_vars["Parameters"]["AWS_ENDPOINT_URL_SQS"] = self.sqs_endpoint
@@ -57,10 +101,21 @@ class LocalStack:
         self._spawn("sqs", "start-sqs", "--port", str(self.sqs_port), *vt)
         self._wait("moto SQS", lambda: bool(sqs_client(self.sqs_endpoint).get_queue_url(QueueName="OrderQueue")))
         env = ["--env-vars", str(self.env_file)]
-        self._spawn("api", "start-api", "--port", str(self.api_port), "--containers", str(self.containers), *env)
-        self._spawn("feed", "feed", *env, *vt)
+        edge: list[str] = []
+        api = [str(self.api_port), "--containers", str(self.containers)]
+        if self.edge is not None:
+            edge = ["--edge", "--kvs-endpoint", self.edge.kvs_endpoint]
+            api += ["--edge-port", port(self.edge.url), "--kvs-port", port(self.edge.kvs_endpoint)]
+        self._spawn("api", "start-api", "--port", *api, *env, *edge)
+        self._spawn("feed", "feed", *env, *vt, *edge)
         http = urllib3.PoolManager(retries=False, timeout=2)
         self._wait("the local HTTP API", lambda: http.request("GET", f"{self.api_url}/voucher/list/1").status == 200)
+        if self.edge is not None:
+            url = f"{self.edge.url}/voucher/list/1"
+            self._wait("the local edge", lambda: http.request("GET", url).status == 200)
+            # The sale's first states must reach the store: EdgePublisherFunction fed from the start.
+            log = self.workdir / "feed.log"
+            self._wait("the queue feeder", lambda: FEEDING in log.read_text(encoding="utf-8", errors="replace"))
 
     def pause_feeder(self, paused: bool) -> None:
         """Stop (or resume) the persister's event source mapping, as when its function is throttled."""
@@ -88,6 +143,13 @@ class LocalStack:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+FEEDING = "feeding (Ctrl-C to stop)"  # what `seckill-local feed` says once every queue is fed
+
+
+def port(url: str) -> str:
+    return url.rsplit(":", 1)[1]
 
 
 def preflight(settings: Settings, creds: Credentials) -> str | None:

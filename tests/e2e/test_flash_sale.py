@@ -46,6 +46,7 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str, se
     result = flash_sale(
         "--users", "120", "--stock", "30", "--presses", "3", "--concurrency", "24", "--containers", "2",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--edge-plot", str(tmp_path / "edge.png"),
         "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -69,18 +70,52 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str, se
 
 
 def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str, seed: int) -> None:
+    """Without the edge too: the users press the API directly."""
     report_file = tmp_path / "report.json"
     result = flash_sale(
         "--users", "10", "--stock", "25", "--presses", "4", "--concurrency", "8", "--containers", "1",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
-        "--seed", str(seed),
+        "--seed", str(seed), "--no-edge",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())
+    assert report["edge"] is None
+    assert "edge" not in result.stderr  # no edge started
     assert report["accepted"] == report["confirmed"] == 10
     assert set(report["refusals"]) == {"DUPLICATE_ORDER"}
     assert 20 <= report["refusals"]["DUPLICATE_ORDER"] <= 30  # a resumed press is a 202 with the same id
     assert report["redis_stock"] == report["mysql_stock"] == 15
+
+
+def test_the_edge_answers_the_presses_after_sell_out(tmp_path: Path, sale_db: str, seed: int) -> None:
+    """With the edge (the default): once the sold-out state has reached the edge's store,
+    the edge answers the presses, with the function's very body, and none it did not decide."""
+    report_file, plot = tmp_path / "report.json", tmp_path / "edge.png"
+    result = flash_sale(
+        "--users", "400", "--stock", "10", "--presses", "5", "--concurrency", "16", "--containers", "2",
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--seed", str(seed), "--edge-plot", str(plot),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] is True
+    assert report["accepted"] == report["confirmed"] == 10
+    edge = report["edge"]
+    assert edge["answered"] > 0
+    assert edge["share_after_sellout"] > 0
+    assert edge["answered"] + edge["forwarded"] == report["requests"] == 2000
+    assert edge["codes"] == {"SOLD_OUT": edge["answered"]}
+    assert edge["share_of_presses"] == edge["answered"] / 2000
+    assert edge["flag_lag_ms"] > 0
+    assert edge["server"] == {"answered": edge["answered"], "forwarded": edge["forwarded"], "failed": 0}
+    assert {c["name"] for c in report["checks"]} >= {
+        "the edge never answered 202",
+        "every edge answer is the function's, byte for byte",
+        "once the edge says SOLD_OUT, only earlier presses reach the function",
+        "the edge server counted the same",
+    }
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert f"edge plot: {plot}" in result.stdout
 
 
 def test_unreachable_redis_says_what_to_start() -> None:
@@ -112,6 +147,7 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int
     result = flash_sale(
         "--chaos", "--users", "150", "--stock", "30", "--presses", "3", "--concurrency", "24", "--containers", "2",
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--edge-plot", str(tmp_path / "edge.png"),
         "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -132,6 +168,12 @@ def test_chaos_run_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int
         "malformed messages in the poison queue, DLQ empty after the replay",
     }
     assert "Faults injected" in result.stdout
+
+
+def test_the_local_edge_is_refused_against_a_stack() -> None:
+    result = flash_sale("--endpoint", "http://127.0.0.1:1", "--stack-name", "x", "--edge", timeout=60)
+    assert result.returncode == 2
+    assert "--edge and --edge-plot run the local edge, not with --endpoint" in result.stderr
 
 
 def test_hold_below_the_contracts_minimum_is_refused() -> None:
@@ -156,6 +198,7 @@ def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, s
         "--users", "80", "--stock", "20", "--presses", "2", "--concurrency", "16", "--containers", "2",
         "--no-show", "0.3", "--cancel", "0.1", "--hold", "10", "--plot", str(plot),
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--edge-plot", str(tmp_path / "edge.png"),
         "--seed", str(seed),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -170,6 +213,9 @@ def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, s
     assert report["redis_stock"] == report["mysql_stock"] == 0
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert f"stock plot: {plot}" in result.stdout
+    # Through the edge: the later waves' presses reached the function, for the units that came back.
+    assert report["edge"]["forwarded"] > 0
+    assert "the edge refuses units on sale only until the flag clears" in {c["name"] for c in report["checks"]}
     assert {c["name"] for c in report["checks"]} >= {
         "every unit ends paid or back on sale",
         "every unit sold exactly once",
@@ -190,6 +236,7 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
         "--chaos", "--users", "100", "--stock", "20", "--presses", "2", "--concurrency", "16", "--containers", "2",
         "--no-show", "0.3", "--cancel", "0.2", "--hold", "10", "--plot", str(tmp_path / "stock.png"),
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--edge-plot", str(tmp_path / "edge.png"),
         "--seed", str(seed + run), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
