@@ -15,13 +15,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from seckill.infra import keys
-from seckill.infra.lua_scripts import Scripts
+
+if TYPE_CHECKING:
+    # Only a type here: the publisher, outside the VPC, imports this module without Redis.
+    from seckill.infra.lua_scripts import Scripts
 
 log = logging.getLogger(__name__)
 
