@@ -8,8 +8,10 @@ connections, taking turns of a twentieth of their presses each in a rotating ord
   Node.js) in front of the local API, its store saying ``soldOut`` for the voucher:
   the function answers 409 SOLD_OUT itself;
 - ``api``: the same press to the local API without the edge, the design the edge
-  replaces: the authorizer, a warm ``SeckillApiFunction`` container (its sold-out
-  cache as deployed) and, past the cache, the gate in Redis;
+  replaces: the authorizer, then a warm ``SeckillApiFunction`` container, whose
+  sold-out cache (as deployed) answers without Redis;
+- ``api_cache_off``: the same with that cache off, so that every refusal runs the
+  gate script in Redis too (a second local API, its own containers);
 - ``floor``: the same request to a Node.js server answering the same status and body
   with no work at all (``edge_floor.mjs``): what one HTTP round trip to Node.js costs
   here, below which no edge on this machine can answer.
@@ -39,6 +41,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from http.server import ThreadingHTTPServer
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -66,7 +69,7 @@ from seckill_local.runner import EDGE_QUEUE, EDGE_QUEUE_VARIABLE
 from seckill_local.sqs import sqs_client
 from seckill_local.template import Template
 
-CONTENDERS = ("edge", "api", "floor")
+CONTENDERS = ("edge", "api", "api_cache_off", "floor")
 TURNS = 20  # a contender's presses of a round come in this many turns, alternating with the others'
 API_CONTAINERS = 4  # as `seckill-local start-api` (its --containers default)
 PROBE_PAUSE = 0.005  # between probe presses while a state change travels
@@ -161,20 +164,11 @@ class EdgeBench:
         self.orders = OrderQueue(sqs, info.queues["OrderQueue"])
         self.gate = Gate(self.redis, self.scripts, refusal_cache_seconds=0)
         self.notices = StateQueue(sqs, info.queues[EDGE_QUEUE])
-        self.pools: dict[str, FunctionPool] = {}
-        for _, fn in template.routes():
-            if fn.logical_id not in self.pools:
-                self.pools[fn.logical_id] = FunctionPool(fn, self.env(template, fn.logical_id), API_CONTAINERS)
-        authorizer = template.authorizer()
-        if authorizer and authorizer[0] not in self.pools:
-            self.pools[authorizer[0]] = FunctionPool(
-                template.functions[authorizer[0]], self.env(template, authorizer[0]), API_CONTAINERS // 2
-            )
-        for pool in self.pools.values():
-            pool.warm()
-        self.api = make_server(LocalHttpApi(template, self.pools), "127.0.0.1", 0)
-        threading.Thread(target=self.api.serve_forever, daemon=True).start()
-        self.api_url = f"http://127.0.0.1:{self.api.server_port}"
+        self.pools: list[FunctionPool] = []
+        self.servers: list[ThreadingHTTPServer] = []
+        self.api_url = self.serve_api(template, {})
+        # The same API, every refusal reaching the gate in Redis: no container remembers a sold-out voucher.
+        self.api_cache_off_url = self.serve_api(template, {"SECKILL_REFUSAL_CACHE_SECONDS": "0"})
         self.edge = EdgeServer(self.api_url)
         refusal = REFUSALS[SOLD_OUT]
         self.sold_out_body = results.fail(refusal.status, refusal.code, refusal.message).body
@@ -192,6 +186,25 @@ class EdgeBench:
         self.feeder.start()
         self.tokens: dict[int, str] = {}
         self.vouchers: list[int] = []
+
+    def serve_api(self, template: Template, overrides: dict[str, str]) -> str:
+        """The local API as `seckill-local start-api` serves it, on a port of its own; its URL."""
+        pools: dict[str, FunctionPool] = {}
+        for _, fn in template.routes():
+            if fn.logical_id not in pools:
+                env = {**self.env(template, fn.logical_id), **overrides}
+                pools[fn.logical_id] = FunctionPool(fn, env, API_CONTAINERS)
+        authorizer = template.authorizer()
+        if authorizer and authorizer[0] not in pools:
+            fn = template.functions[authorizer[0]]
+            pools[fn.logical_id] = FunctionPool(fn, self.env(template, fn.logical_id), API_CONTAINERS // 2)
+        self.pools.extend(pools.values())
+        for pool in pools.values():
+            pool.warm()
+        server = make_server(LocalHttpApi(template, pools), "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
 
     def env(self, template: Template, logical_id: str) -> dict[str, str]:
         """As `seckill-local start-api --edge` gives it: the functions notice EdgeStateQueue."""
@@ -236,8 +249,9 @@ class EdgeBench:
         self.publisher.close()
         self.edge.stop()
         self.floor.stop()
-        self.api.shutdown()
-        for pool in self.pools.values():
+        for server in self.servers:
+            server.shutdown()
+        for pool in self.pools:
             pool.close()
         if self.tokens:
             self.redis.delete(*(keys.login_token(t) for t in self.tokens.values()))
@@ -252,7 +266,12 @@ def refusals(bench: EdgeBench, clients: ProcessPoolExecutor, sizes: Sizes) -> di
     bench.notices.notice(bench.scripts, voucher)
     token = bench.token(far_id())
     bench.until_edge(voucher, token, answers=True)
-    urls = {"edge": bench.edge.url, "api": bench.api_url, "floor": bench.floor.url}
+    urls = {
+        "edge": bench.edge.url,
+        "api": bench.api_url,
+        "api_cache_off": bench.api_cache_off_url,
+        "floor": bench.floor.url,
+    }
     path = f"/voucher-order/seckill/{voucher}"
     for url in urls.values():  # every client process connects before the clock starts
         list(clients.map(_presses, *zip(*[(url, path, token, 1)] * sizes.concurrency, strict=True)))
@@ -281,6 +300,10 @@ def refusals(bench: EdgeBench, clients: ProcessPoolExecutor, sizes: Sizes) -> di
             rounds[c].append({"throughput": sizes.presses / seconds[c], "latency": latency_ms(latencies[c])})
         print(f"edge: round {r + 1}/{sizes.rounds} done", file=sys.stderr, flush=True)
     after = bench.edge.stats()
+    for c in CONTENDERS:
+        wanted = "409 SOLD_OUT (edge)" if c == "edge" else "409 SOLD_OUT"
+        if set(labels[c]) != {wanted}:
+            raise RuntimeError(f"{c}: expected only {wanted}, got {dict(labels[c])}")
     results_ = []
     for c in CONTENDERS:
         results_.append(
@@ -310,6 +333,8 @@ def refusals(bench: EdgeBench, clients: ProcessPoolExecutor, sizes: Sizes) -> di
             "edge_vs_api_throughput": per_round("edge", "api", "throughput"),
             "api_vs_edge_p50": per_round("api", "edge", "p50"),
             "api_vs_edge_p99": per_round("api", "edge", "p99"),
+            "edge_vs_api_cache_off_throughput": per_round("edge", "api_cache_off", "throughput"),
+            "api_cache_off_vs_edge_p50": per_round("api_cache_off", "edge", "p50"),
             "edge_vs_floor_throughput": per_round("edge", "floor", "throughput"),
             "edge_vs_floor_p50": per_round("edge", "floor", "p50"),
         },
