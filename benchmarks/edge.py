@@ -1,8 +1,9 @@
 """(6) The edge: refused presses of a sold-out voucher, and the state's way to the edge.
 
-Three contenders answer the same press (``POST /voucher-order/seckill/<id>`` with a
+Four contenders answer the same press (``POST /voucher-order/seckill/<id>`` with a
 login token) over HTTP, from client processes holding ``concurrency`` keep-alive
-connections, taking turns of a twentieth of their presses each in a rotating order:
+connections, taking turns of a twentieth of their presses each in a rotating order
+(a turn's clock includes handing it to the clients, which weighs most on the fastest):
 
 - ``edge``: the local edge (``seckill_local.edge.EdgeServer``: ``edge/press.js`` on
   Node.js) in front of the local API, its store saying ``soldOut`` for the voucher:
@@ -23,6 +24,8 @@ change (``StateQueue.notice``: the claim in Redis, SendMessage to EdgeStateQueue
 template's batch size and concurrency) writing the edge's store, until a probe press
 through the edge is answered differently (by the edge, or forwarded). Timed from the
 moment the change returned from Redis; the probes come every ``PROBE_PAUSE`` seconds.
+The notice is sent at once, as a return's is (``holds``); a sell-out's, deployed, also
+waits for the persister's batch that stores the order (``order_persister``).
 
 Everything is local: the edge's store and function share a Node.js process (no
 propagation to edge locations), the local API is a Python HTTP server calling warm
@@ -41,14 +44,14 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from http.server import ThreadingHTTPServer
+from contextlib import ExitStack
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from benchmarks.stats import latency_ms, ratio
-from benchmarks.testbed import StackInfo, create_voucher, far_id, function_env
+from benchmarks.testbed import HINT_TTL, StackInfo, create_voucher, far_id, function_env
 from seckill.edge.state import StateQueue
 from seckill.holds import give_back
 from seckill.infra import keys, results
@@ -74,7 +77,6 @@ TURNS = 20  # a contender's presses of a round come in this many turns, alternat
 API_CONTAINERS = 4  # as `seckill-local start-api` (its --containers default)
 PROBE_PAUSE = 0.005  # between probe presses while a state change travels
 FLOOR = Path(__file__).resolve().parent / "edge_floor.mjs"
-TOKEN_TTL = 900
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,23 +91,25 @@ class Sizes:
 _connections: dict[str, http.client.HTTPConnection] = {}
 
 
+def _connection(base: str) -> http.client.HTTPConnection:
+    if base not in _connections:
+        parts = urlsplit(base)
+        _connections[base] = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    return _connections[base]
+
+
 def _press(base: str, path: str, token: str) -> tuple[int, bool, bytes]:
-    """One press on a kept-alive connection (a fresh one if the server closed it)."""
-    for attempt in (1, 2):
-        conn = _connections.get(base)
-        if conn is None:
-            parts = urlsplit(base)
-            conn = _connections[base] = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
-        try:
-            conn.request("POST", path, body=b"", headers={"authorization": f"Bearer {token}"})
-            answer = conn.getresponse()
-            return answer.status, answer.getheader("x-seckill-edge") == "1", answer.read()
-        except (http.client.HTTPException, ConnectionError):
-            conn.close()
-            del _connections[base]
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    """One press on the kept-alive connection (again on a fresh one if the server had
+    closed it): the status, whether the edge answered it, the body."""
+    headers = {"authorization": f"Bearer {token}"}
+    try:
+        _connection(base).request("POST", path, body=b"", headers=headers)
+        answer = _connection(base).getresponse()
+    except (http.client.HTTPException, ConnectionError):
+        _connections.pop(base).close()
+        _connection(base).request("POST", path, body=b"", headers=headers)
+        answer = _connection(base).getresponse()
+    return answer.status, answer.getheader("x-seckill-edge") == "1", answer.read()
 
 
 def _presses(base: str, path: str, token: str, count: int) -> tuple[list[float], dict[str, int], list[bytes]]:
@@ -155,37 +159,44 @@ class EdgeBench:
 
     def __init__(self, info: StackInfo) -> None:
         self.info = info
+        self.teardown = ExitStack()  # what was started, stopped in reverse
+        self.tokens: dict[int, str] = {}
+        self.vouchers: list[int] = []
+        try:
+            self._start(info)
+        except BaseException:
+            self.teardown.close()
+            raise
+
+    def _start(self, info: StackInfo) -> None:
         template = Template.load()
-        settings = Settings.from_env({"REDIS_URL": info.redis_url})
-        self.redis = redis_client(settings)
+        self.redis = redis_client(Settings.from_env({"REDIS_URL": info.redis_url}))
+        self.teardown.callback(self._forget)
         self.scripts = Scripts.register(self.redis)
         self.db = Database(info.creds)
         sqs = sqs_client(info.sqs_endpoint)
         self.orders = OrderQueue(sqs, info.queues["OrderQueue"])
         self.gate = Gate(self.redis, self.scripts, refusal_cache_seconds=0)
         self.notices = StateQueue(sqs, info.queues[EDGE_QUEUE])
-        self.pools: list[FunctionPool] = []
-        self.servers: list[ThreadingHTTPServer] = []
         self.api_url = self.serve_api(template, {})
         # The same API, every refusal reaching the gate in Redis: no container remembers a sold-out voucher.
         self.api_cache_off_url = self.serve_api(template, {"SECKILL_REFUSAL_CACHE_SECONDS": "0"})
-        self.edge = EdgeServer(self.api_url)
+        self.edge = self.teardown.enter_context(EdgeServer(self.api_url))
         refusal = REFUSALS[SOLD_OUT]
         self.sold_out_body = results.fail(refusal.status, refusal.code, refusal.message).body
         self.floor = Floor(refusal.status, self.sold_out_body)
+        self.teardown.callback(self.floor.stop)
         publisher = template.functions["EdgePublisherFunction"]
         source = next(s for s in publisher.sqs_events if s["Queue"]["Fn::GetAtt"][0] == EDGE_QUEUE)
         concurrency = int(template.resolve((source.get("ScalingConfig") or {}).get("MaximumConcurrency"), {}) or 2)
         batch = int(template.resolve(source.get("BatchSize"), {}) or 10)
         env = {**self.env(template, publisher.logical_id), **kvs_environment(self.edge.kvs_endpoint)}
-        self.publisher = FunctionPool(publisher, env, concurrency)
-        self.publisher.warm()
-        self.feeder = QueueFeeder(
-            sqs, info.queues[EDGE_QUEUE], self.publisher, batch_size=batch, concurrency=concurrency
-        )
+        pool = FunctionPool(publisher, env, concurrency)
+        self.teardown.callback(pool.close)
+        pool.warm()
+        self.feeder = QueueFeeder(sqs, info.queues[EDGE_QUEUE], pool, batch_size=batch, concurrency=concurrency)
         self.feeder.start()
-        self.tokens: dict[int, str] = {}
-        self.vouchers: list[int] = []
+        self.teardown.callback(self.feeder.close)
 
     def serve_api(self, template: Template, overrides: dict[str, str]) -> str:
         """The local API as `seckill-local start-api` serves it, on a port of its own; its URL."""
@@ -198,12 +209,13 @@ class EdgeBench:
         if authorizer and authorizer[0] not in pools:
             fn = template.functions[authorizer[0]]
             pools[fn.logical_id] = FunctionPool(fn, self.env(template, fn.logical_id), API_CONTAINERS // 2)
-        self.pools.extend(pools.values())
+        for pool in pools.values():
+            self.teardown.callback(pool.close)
         for pool in pools.values():
             pool.warm()
         server = make_server(LocalHttpApi(template, pools), "127.0.0.1", 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.servers.append(server)
+        self.teardown.callback(server.shutdown)
         return f"http://127.0.0.1:{server.server_port}"
 
     def env(self, template: Template, logical_id: str) -> dict[str, str]:
@@ -214,7 +226,7 @@ class EdgeBench:
         return env
 
     def token(self, user_id: int) -> str:
-        self.tokens.update(mint_tokens(self.redis, [user_id], TOKEN_TTL))
+        self.tokens.update(mint_tokens(self.redis, [user_id], HINT_TTL))
         return self.tokens[user_id]
 
     def voucher(self, stock: int) -> int:
@@ -225,7 +237,7 @@ class EdgeBench:
     def sell(self, voucher: int, user: int | None = None) -> int:
         """A unit sold by the gate, as the press does (its order queued); the order id."""
         answer = orders.place_order(
-            self.gate, self.redis, self.orders, self.db, voucher, user or far_id(), status_ttl=TOKEN_TTL
+            self.gate, self.redis, self.orders, self.db, voucher, user or far_id(), status_ttl=HINT_TTL
         )
         if not isinstance(answer, int):
             raise RuntimeError(f"voucher {voucher}: expected a sale, got {answer}")
@@ -244,19 +256,16 @@ class EdgeBench:
             time.sleep(PROBE_PAUSE)
         raise RuntimeError(f"voucher {voucher}: the edge did not {'answer' if answers else 'forward'} in {timeout} s")
 
-    def close(self) -> None:
-        self.feeder.close()
-        self.publisher.close()
-        self.edge.stop()
-        self.floor.stop()
-        for server in self.servers:
-            server.shutdown()
-        for pool in self.pools:
-            pool.close()
+    def _forget(self) -> None:
+        """The run's login tokens and edge claims leave the shared Redis (the vouchers'
+        own keys go with the run's database, ``BenchStack.close``)."""
         if self.tokens:
             self.redis.delete(*(keys.login_token(t) for t in self.tokens.values()))
         if self.vouchers:
             self.redis.delete(*(keys.edge(v) for v in self.vouchers))
+
+    def close(self) -> None:
+        self.teardown.close()
 
 
 def refusals(bench: EdgeBench, clients: ProcessPoolExecutor, sizes: Sizes) -> dict[str, Any]:
@@ -273,8 +282,8 @@ def refusals(bench: EdgeBench, clients: ProcessPoolExecutor, sizes: Sizes) -> di
         "floor": bench.floor.url,
     }
     path = f"/voucher-order/seckill/{voucher}"
-    for url in urls.values():  # every client process connects before the clock starts
-        list(clients.map(_presses, *zip(*[(url, path, token, 1)] * sizes.concurrency, strict=True)))
+    for url in urls.values():  # the client processes start and connect before the clock does
+        list(clients.map(_presses, *zip(*[(url, path, token, 20)] * sizes.concurrency, strict=True)))
     before = bench.edge.stats()
     rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in CONTENDERS}
     labels: dict[str, Counter[str]] = {c: Counter() for c in CONTENDERS}
