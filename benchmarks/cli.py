@@ -7,6 +7,8 @@
   path          (3) refused / duplicate / accepted presses: handler vs place_order vs bare EVALSHA
   persister     (4) OrderPersisterFunction vs raw PyMySQL on one hot row; draining N queued orders
   cold          (5) each function's fresh-process init vs its libraries' bare imports; peak RSS
+  edge          (6) a sold-out voucher's refused presses: the local edge vs the local API without it
+                vs an HTTP round trip to Node.js; a state change's way to the edge's answer
 
 Everything runs on this machine: the local Redis and MySQL (shared; the run makes
 its own database and keys and removes them), and an SQS stand-in of its own (fauxqs
@@ -36,12 +38,12 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import cold_start, experiment, persister, request_path, targets, transport
+from benchmarks import cold_start, edge, experiment, persister, request_path, targets, transport
 from benchmarks.servers import SERVERS, STAND_INS
 from benchmarks.testbed import BenchStack, StackInfo
 from seckill_local.checkout import ROOT
 
-SECTIONS = ("experiment", "transport", "path", "persister", "cold")
+SECTIONS = ("experiment", "transport", "path", "persister", "cold", "edge")
 BOUNDS = [
     "2 shared cores: load generator, handlers, Redis, MySQL and the SQS stand-in all compete for them; compare "
     "ratios measured side by side, not absolute figures.",
@@ -64,6 +66,7 @@ class Profile:
     persister_concurrency: int | None  # None: the template's PersisterMaxConcurrency
     cold_repeats: int
     cold_functions: tuple[str, ...] | None  # None: every function
+    edge: edge.Sizes
 
 
 PROFILES = {
@@ -76,6 +79,7 @@ PROFILES = {
         None,
         7,
         None,
+        edge.Sizes(presses=3000, concurrency=8, rounds=3, changes=20),
     ),
     "quick": Profile(
         experiment.Sizes(300, 3, 60, 3000, (4, 8), inflight=12, mysql_pool=4, rounds=2),
@@ -86,6 +90,7 @@ PROFILES = {
         None,
         3,
         None,
+        edge.Sizes(presses=1000, concurrency=8, rounds=2, changes=10),
     ),
     "smoke": Profile(
         experiment.Sizes(30, 3, 6, 100, (2,), inflight=2, mysql_pool=1, rounds=1),
@@ -96,6 +101,7 @@ PROFILES = {
         1,
         1,
         ("SeckillApiFunction",),
+        edge.Sizes(presses=40, concurrency=2, rounds=1, changes=2),
     ),
 }
 
@@ -209,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if "cold" in args.only:
             functions = list(profile.cold_functions) if profile.cold_functions else None
             out["cold_start"] = _in_child(cold_start.run, stack.info, profile.cold_repeats, functions, _progress)
+        if "edge" in args.only:
+            _progress("edge: refused presses at the edge vs the API without it vs Node's floor; the state's way")
+            out["edge"] = _in_child(edge.run, stack.info, profile.edge)
     finally:
         stack.close()
     out["targets"] = targets.targets(out)

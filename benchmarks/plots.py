@@ -143,6 +143,34 @@ def _cold_start(cold: dict[str, Any], out: Path) -> list[Path]:
     return [_save(fig, out / "cold_start.png")]
 
 
+def _edge(edge: dict[str, Any], out: Path) -> list[Path]:
+    rows = edge["results"]
+    names = [r["contender"] for r in rows]
+    fig, (lat, thr, lag) = plt.subplots(1, 3, figsize=(13, 4))
+    width = 0.8 / len(rows)
+    for i, r in enumerate(rows):
+        values = [r["latency"][q] for q in ("p50", "p95", "p99")]
+        lat.bar([x + (i - (len(rows) - 1) / 2) * width for x in range(3)], values, width, label=r["contender"])
+    lat.set_xticks(range(3), ["p50", "p95", "p99"])
+    lat.set_yscale("log")
+    lat.set_ylabel("ms per press (log)")
+    lat.set_title(f"Latency, {edge['sizes']['concurrency']} in flight")
+    lat.legend()
+    thr.bar(names, [r["throughput"] for r in rows], color=[f"C{i}" for i in range(len(rows))])
+    thr.set_ylabel("presses per second")
+    thr.set_title("Throughput, same run, interleaved")
+    changes = edge["state"]["changes"]
+    for i, kind in enumerate(("sold out", "given back")):
+        ms = [c["ms"] for c in changes if c["change"] == kind]
+        lag.scatter([i] * len(ms), ms, alpha=0.6)
+    lag.set_xticks([0, 1], ["last unit sold", "unit given back"])
+    lag.set_xlim(-0.5, 1.5)
+    lag.set_ylabel("ms until the edge answers differently")
+    lag.set_title("A state change's way to the edge")
+    fig.suptitle("A sold-out voucher's refusals: the local edge vs the local API without it vs Node's floor")
+    return [_save(fig, out / "edge.png")]
+
+
 def plot(report: dict[str, Any], out: Path) -> list[Path]:
     """Every plot the report has data for; returns their paths."""
     made: list[Path] = []
@@ -152,6 +180,7 @@ def plot(report: dict[str, Any], out: Path) -> list[Path]:
         ("request_path", _request_path),
         ("persister", _persister),
         ("cold_start", _cold_start),
+        ("edge", _edge),
     ):
         if section in report:
             made.extend(draw(report[section], out))

@@ -329,6 +329,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                 ", ".join(r["imported_beyond_libraries"]) or "-",
             )
         console.print(table)
+    if "edge" in report:
+        _print_edge(report["edge"], console)
     table = Table(title="Targets (issue 8)")
     for col in ("target", "goal", "measured", "", "by"):
         table.add_column(col, justify="left" if col == "target" else "right")
@@ -342,3 +344,54 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     for t in report.get("targets", []):
         if t.get("why"):
             console.print(f"  missed, {t['target']}: {t['why']}")
+
+
+def _print_edge(edge: dict[str, Any], console: Console) -> None:
+    s = edge["sizes"]
+    table = Table(
+        title=f"(6) A sold-out voucher's refused presses, {s['concurrency']} in flight, contenders taking turns "
+        "(medians of rounds)"
+    )
+    for col in ("contender", "presses/s", "p50 ms", "p95 ms", "p99 ms", "answers"):
+        table.add_column(col, justify="left" if col in {"contender", "answers"} else "right")
+    for r in edge["results"]:
+        answers = ", ".join(f"{n:,} {label}" for label, n in r["answers"].items())
+        lat = r["latency"]
+        table.add_row(
+            r["contender"], f"{r['throughput']:,.0f}", _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), answers
+        )
+    console.print(table)
+    q = edge["ratios"]
+    console.print(
+        f"edge vs api (the design it replaces), same run: {q['edge_vs_api_throughput']:.2f}x the presses/s, "
+        f"api's p50 {q['api_vs_edge_p50']:.2f}x and p99 {q['api_vs_edge_p99']:.2f}x the edge's; "
+        f"edge vs api_cache_off (every refusal through the gate in Redis): "
+        f"{q['edge_vs_api_cache_off_throughput']:.2f}x the presses/s, its p50 {q['api_cache_off_vs_edge_p50']:.2f}x; "
+        f"edge vs the floor (a bare HTTP round trip to Node.js): {q['edge_vs_floor_throughput']:.2f}x the presses/s, "
+        f"p50 {q['edge_vs_floor_p50']:.2f}x. Bodies byte-identical to the function's: {edge['bodies_equal']}; "
+        f"the edge server counted {edge['edge_counted']['answered']:,} answered, "
+        f"{edge['edge_counted']['forwarded']:,} forwarded."
+    )
+    st = edge["state"]
+    table = Table(
+        title=f"The state's way: change in Redis -> notice -> EdgeStateQueue -> EdgePublisherFunction (local feeder) "
+        f"-> the store -> the edge's answer ({len(st['changes'])} changes, probes every {st['probe_pause_ms']:g} ms)"
+    )
+    for col in ("change", "n", "p50 ms", "p95 ms", "p99 ms", "mean ms"):
+        table.add_column(col, justify="left" if col == "change" else "right")
+    for name, key, changes in (
+        ("sold out (last unit sold)", "sold_out", ("sold out",)),
+        ("given back", "given_back", ("given back",)),
+        ("all", "lag", ("sold out", "given back")),
+    ):
+        n = sum(1 for c in st["changes"] if c["change"] in changes)
+        lat = st[key]
+        table.add_row(name, str(n), _ms(lat["p50"]), _ms(lat["p95"]), _ms(lat["p99"]), _ms(lat["mean"]))
+    console.print(table)
+    console.print(
+        "Bounds: local stand-ins on the shared cores. 'api' is the local runner's HTTP server calling warm "
+        "containers through process pools, not API Gateway and Lambda; 'edge' is edge/press.js on Node.js here, "
+        "not CloudFront (no viewer network, no edge location); the state's way ends at the store in the edge's "
+        "own process, so it leaves out the KeyValueStore's propagation to the edge locations, for which AWS "
+        "gives no figure."
+    )

@@ -15,7 +15,7 @@ from seckill_local.checkout import ROOT
 
 pytestmark = pytest.mark.e2e
 
-SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start")
+SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge")
 
 
 def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
@@ -82,9 +82,25 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert cold[0]["init_ms"] > 0
     assert cold[0]["bare_imports_ms"] > 0
 
+    edge = report["edge"]
+    refusals = {r["contender"]: r for r in edge["results"]}
+    assert set(refusals) == {"edge", "api", "api_cache_off", "floor"}
+    for contender, row in refusals.items():
+        assert row["throughput"] > 0
+        assert set(row["latency"]) == {"p50", "p95", "p99", "mean"}
+        by_edge = " (edge)" if contender == "edge" else ""
+        assert row["answers"] == {f"409 SOLD_OUT{by_edge}": edge["sizes"]["presses"]}, contender
+    assert edge["bodies_equal"] is True
+    assert edge["edge_counted"] == {"answered": edge["sizes"]["presses"], "forwarded": 0}
+    assert {"edge_vs_api_throughput", "api_vs_edge_p50", "edge_vs_floor_throughput"} <= set(edge["ratios"])
+    changes = [c["change"] for c in edge["state"]["changes"]]
+    assert changes == ["sold out", "given back"][: edge["sizes"]["changes"]]
+    assert all(c["ms"] > 0 for c in edge["state"]["changes"])
+    assert "(6) A sold-out voucher's refused presses" in done.stdout
+
     assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
     for target in report["targets"]:  # a miss says why, from the same report
         assert bool(target["why"]) is (target["met"] is False), target
-    for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain"):
+    for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain", "edge"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     assert "Targets" in done.stdout
