@@ -42,7 +42,8 @@ READY = re.compile(r"edge listening on (http://\S+) \(kvs (http://\S+)\)")
 
 @dataclass(frozen=True)
 class EdgeStats:
-    """Presses the function answered itself, and requests it forwarded to the API."""
+    """Presses the function answered itself, requests it forwarded to the API, and
+    requests it threw on (answered 503, as CloudFront does)."""
 
     answered: int
     forwarded: int
