@@ -27,9 +27,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from seckill_local.checkout import ROOT
 from seckill_local.node import MISSING, node
+from seckill_local.sqs import LOCAL_AWS
 
 SERVER = Path(__file__).resolve().parent / "server.mjs"
 FUNCTION = ROOT / "edge" / "press.js"
@@ -143,3 +145,20 @@ def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
         **proxies,
         **{name.upper(): value for name, value in proxies.items()},
     }
+
+
+def local_kvs_client(listener: str) -> Any:
+    """A ``cloudfront-keyvaluestore`` client on the local store listening at ``listener``
+    (through it as a proxy, as for the publisher), for a reader or another writer. The
+    store takes any signature; one attempt per call, so a test sees each answer."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "cloudfront-keyvaluestore",
+        endpoint_url=KVS_ENDPOINT,
+        region_name=LOCAL_AWS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
+        config=Config(proxies={"http": listener}, retries={"max_attempts": 1}),
+    )
