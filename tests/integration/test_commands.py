@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from seckill.edge.state import EdgeState
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
@@ -126,6 +127,29 @@ def test_recovery_command_rebuilds_a_lost_voucher(
     assert f"voucher {voucher_id}: stock None -> 4" in done.stdout
     assert redis.get(keys.stock(voucher_id)) == "4"
     assert redis.hlen(keys.window(voucher_id)) == 2
+
+
+def test_recovery_command_sends_the_rebuilt_state_to_the_edge(
+    creds: Credentials, sqs: Any, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    """As seckill-reconcile: the edge may hold a state older than the rebuild (a sold-out
+    flag over units the rebuild puts back), which no other notice would replace."""
+    voucher_id = make_voucher(stock=4)
+    redis.delete(*keys.voucher_keys(voucher_id), keys.edge(voucher_id))
+    env = service_env(
+        creds,
+        ORDER_QUEUE_URL=queues["OrderQueue"],
+        ORDER_DLQ_URL=queues["OrderDeadLetterQueue"],
+        EDGE_STATE_QUEUE_URL=queues["EdgeStateQueue"],
+    )
+    try:
+        done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "5", env=env)
+        assert done.returncode == 0, done.stderr
+        received = sqs.receive_message(QueueUrl=queues["EdgeStateQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        states = [EdgeState.from_message(m["Body"]) for m in received.get("Messages", [])]
+        assert [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id] == [(False, False)]
+    finally:
+        redis.delete(keys.edge(voucher_id))
 
 
 def test_recovery_command_counts_dead_lettered_orders_as_sold(
