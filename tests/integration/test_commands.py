@@ -27,6 +27,13 @@ def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
     return {**os.environ, "DB_NAME": creds.database, **extra}
 
 
+def edge_states(sqs: Any, queue_url: str, voucher_id: int) -> list[tuple[bool, bool]]:
+    """(soldOut, stopped) of each state EdgeStateQueue holds for the voucher."""
+    received = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    states = [EdgeState.from_message(m["Body"]) for m in received.get("Messages", [])]
+    return [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id]
+
+
 def test_seckill_tokens_mints_users_into_redis_and_a_file(tmp_path: Path, redis: Any) -> None:
     out, first = tmp_path / "tokens.txt", new_user()
     done = run_python(
@@ -69,6 +76,19 @@ def test_reconcile_command_releases_a_stale_reservation(
     assert result["queueDrained"] is True
     assert result["totals"]["released"] == 1
     assert redis.get(keys.stock(voucher_id)) == "2"
+
+
+def test_reconcile_command_sends_the_sale_state_to_the_edge(
+    creds: Credentials, sqs: Any, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    voucher_id = make_voucher(stock=2)
+    env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], EDGE_STATE_QUEUE_URL=queues["EdgeStateQueue"])
+    try:
+        done = run_python("-m", "seckill_ops.reconcile", "--voucher", str(voucher_id), env=env)
+        assert done.returncode == 0, done.stderr
+        assert edge_states(sqs, queues["EdgeStateQueue"], voucher_id) == [(False, False)]
+    finally:
+        redis.delete(keys.edge(voucher_id))
 
 
 def test_reconcile_command_refuses_a_pending_age_a_live_request_may_have(
@@ -145,9 +165,7 @@ def test_recovery_command_sends_the_rebuilt_state_to_the_edge(
     try:
         done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "5", env=env)
         assert done.returncode == 0, done.stderr
-        received = sqs.receive_message(QueueUrl=queues["EdgeStateQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1)
-        states = [EdgeState.from_message(m["Body"]) for m in received.get("Messages", [])]
-        assert [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id] == [(False, False)]
+        assert edge_states(sqs, queues["EdgeStateQueue"], voucher_id) == [(False, False)]
     finally:
         redis.delete(keys.edge(voucher_id))
 
