@@ -62,18 +62,15 @@ class EdgeServer:
         port: int = 0,
         kvs_port: int = 0,
         host: str = "127.0.0.1",
-        function: Path = FUNCTION,
-        kvs_arn: str = KVS_ARN,
-        timeout: float = 30,
     ) -> None:
         path = node()
         if path is None:
             raise RuntimeError(MISSING)
-        self.kvs_arn = kvs_arn
+        self.kvs_arn = KVS_ARN
         command = [
             str(path),
             str(SERVER),
-            *("--function", str(function), "--upstream", upstream, "--kvs-arn", kvs_arn),
+            *("--function", str(FUNCTION), "--upstream", upstream, "--kvs-arn", KVS_ARN),
             *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port), "--exit-with-stdin"),
         ]
         # Our own script with our own arguments. Its stdin is a pipe only we hold: if this
@@ -81,9 +78,9 @@ class EdgeServer:
         self.process = subprocess.Popen(  # noqa: S603
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
-        self.url, self.kvs_endpoint = self._wait_ready(timeout)
+        self.url, self.kvs_endpoint = self._wait_ready()
 
-    def _wait_ready(self, timeout: float) -> tuple[str, str]:
+    def _wait_ready(self, timeout: float = 30) -> tuple[str, str]:
         lines: queue.Queue[str] = queue.Queue()
         assert self.process.stdout is not None
         stdout = self.process.stdout
