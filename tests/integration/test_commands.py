@@ -19,7 +19,7 @@ from seckill.infra.db import Credentials, Database
 from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill.tokens import user_for_token
-from tests.helpers import new_user, run_python
+from tests.helpers import drain, new_user, run_python
 
 
 def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
@@ -28,9 +28,9 @@ def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
 
 
 def edge_states(sqs: Any, queue_url: str, voucher_id: int) -> list[tuple[bool, bool]]:
-    """(soldOut, stopped) of each state EdgeStateQueue holds for the voucher."""
-    received = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-    states = [EdgeState.from_message(m["Body"]) for m in received.get("Messages", [])]
+    """(soldOut, stopped) of each state EdgeStateQueue holds for the voucher (the command
+    sends those of every voucher it saw: the suite's others too)."""
+    states = [EdgeState.from_message(m["Body"]) for m in drain(sqs, queue_url)]
     return [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id]
 
 
