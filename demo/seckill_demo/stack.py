@@ -15,16 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pymysql
 import urllib3
-from botocore.config import Config
 from redis.exceptions import RedisError
 
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials
-from seckill_local.edge import KVS_ARN, KVS_ENDPOINT
+from seckill_local.edge import KVS_ARN, local_kvs_client
 from seckill_local.ports import free_port
 from seckill_local.sqs import sqs_client
 
@@ -45,12 +43,7 @@ class LocalEdge:
     def reader(self, voucher_id: int) -> Callable[[], str | None]:
         """Reads the voucher's entry as the publisher writes it: the cloudfront-keyvaluestore
         client, through the listener (see ``seckill_local.edge``); None while it has none."""
-        client = boto3.client(
-            "cloudfront-keyvaluestore",
-            endpoint_url=KVS_ENDPOINT,
-            region_name="us-east-1",
-            config=Config(proxies={"http": self.kvs_endpoint}, retries={"max_attempts": 1}),
-        )
+        client = local_kvs_client(self.kvs_endpoint)
 
         def read() -> str | None:
             try:

@@ -20,8 +20,8 @@ RESOURCE = "EdgePressFunction"
 _KEY = re.compile(r"^(?P<indent> +)FunctionCode: \|-?\n$")
 
 
-def with_function_code(template: str, code: str, resource: str = RESOURCE) -> str:
-    """``template`` with ``resource``'s ``FunctionCode: |`` block replaced by ``code``.
+def with_function_code(template: str, code: str) -> str:
+    """``template`` with EdgePressFunction's ``FunctionCode: |`` block replaced by ``code``.
 
     The block is a literal scalar: ``|`` keeps the file's one final newline, ``|-``
     stands for none. Other endings (blank last lines) and a first line that starts
@@ -30,14 +30,14 @@ def with_function_code(template: str, code: str, resource: str = RESOURCE) -> st
     if code.endswith("\n\n") or code.startswith((" ", "\n")):
         raise ValueError("the code must not start with a space or a blank line, nor end with blank lines")
     lines = template.splitlines(keepends=True)
-    start = _resource_line(lines, resource)
+    start = _resource_line(lines, RESOURCE)
     key = next(
         (i for i in range(start + 1, len(lines)) if _KEY.match(lines[i]) or _is_resource(lines[i])),
         len(lines),
     )
     found = _KEY.match(lines[key]) if key < len(lines) else None
     if found is None:
-        raise ValueError(f"{resource} has no `FunctionCode: |` block")
+        raise ValueError(f"{RESOURCE} has no `FunctionCode: |` block")
     indent = len(found["indent"])
     end = key + 1
     for i in range(key + 1, len(lines)):

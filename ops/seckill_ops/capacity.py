@@ -23,6 +23,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from seckill_ops.dlq_replay import positive_int
+
 READ = "2026-12-01"  # the day the pages below were read
 
 
@@ -945,13 +947,6 @@ def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
     plt.close(fig)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _share(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 1:
@@ -974,17 +969,17 @@ def build_parser() -> argparse.ArgumentParser:
         "layer. A model: every AWS figure comes with its page (--sources). Exit 0, or 2 on bad arguments "
         "(or --plot without matplotlib: pip install 'seckill-ops[plot]').",
     )
-    parser.add_argument("--users", type=_positive_int, default=1_000_000)
-    parser.add_argument("--presses", type=_positive_int, default=3, help="presses per user (default %(default)s)")
-    parser.add_argument("--stock", type=_positive_int, default=200)
-    parser.add_argument("--seconds", type=_positive_int, default=10, help="the window the presses arrive in")
+    parser.add_argument("--users", type=positive_int, default=1_000_000)
+    parser.add_argument("--presses", type=positive_int, default=3, help="presses per user (default %(default)s)")
+    parser.add_argument("--stock", type=positive_int, default=200)
+    parser.add_argument("--seconds", type=positive_int, default=10, help="the window the presses arrive in")
     parser.add_argument(
         "--burst-share",
         type=_share,
         default=_a("burst_share"),
         help="share of the presses in the first --burst-seconds (default %(default)s, assumed)",
     )
-    parser.add_argument("--burst-seconds", type=_positive_int, default=int(_a("burst_seconds")))
+    parser.add_argument("--burst-seconds", type=positive_int, default=int(_a("burst_seconds")))
     parser.add_argument(
         "--propagation-seconds",
         type=_non_negative,
@@ -1006,12 +1001,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--apigw-rps",
-        type=_positive_int,
+        type=positive_int,
         help="API Gateway's account quota raised to this many requests/s (it can be raised; the burst stays)",
     )
     parser.add_argument(
         "--cloudfront-rps",
-        type=_positive_int,
+        type=positive_int,
         help="CloudFront's per-distribution quota raised to this many requests/s",
     )
     parser.add_argument("--bot-control", action="store_true", help="price WAF Bot Control (common level) too")
@@ -1025,7 +1020,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     parser.add_argument(
         "--persister-concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=int(_a("persister_concurrency")),
         help="the persister's MaximumConcurrency (default %(default)s, the template's)",
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seckill.edge.state import StateQueue
 from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
@@ -35,14 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.order_queue_url or not settings.order_dlq_url:
         parser.error("ORDER_QUEUE_URL and ORDER_DLQ_URL must name the order queue and its dead-letter queue")
     redis = redis_client(settings)
+    scripts = Scripts.register(redis)
+    sqs = sqs_client()
     done = recover_if_lost(
-        Database.from_settings(settings),
-        redis,
-        Scripts.register(redis),
-        sqs_client(),
-        settings,
-        wait=args.wait_for_queue,
-        force=args.force,
+        Database.from_settings(settings), redis, scripts, sqs, settings, wait=args.wait_for_queue, force=args.force
     )
     if done.blocked:
         print(
@@ -61,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"voucher {r.voucher_id}: stock {r.redis_stock} -> {r.expected_stock}, "
                 f"buyers +{r.buyers_added} -{r.buyers_removed}, returned units recorded {r.returns_recorded}"
             )
+    # As ReconcilerFunction after its rebuild: the edge may hold a state the rebuild changed
+    # (a sold-out flag over units back on sale), with EDGE_STATE_QUEUE_URL.
+    if StateQueue(sqs, settings.edge_state_queue_url).sweep(scripts, [r.voucher_id for r in done.rebuilt]):
+        print(
+            "some sales' states could not be sent to the edge; ReconcilerFunction's next pass sends them",
+            file=sys.stderr,
+        )
     rebuilt = sum(r.applied for r in done.rebuilt)
     print(f"{rebuilt} of {len(done.rebuilt)} vouchers on sale rebuilt")
     if done.dead_letters:

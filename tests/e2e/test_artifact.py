@@ -22,14 +22,13 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.config import Config
 
 from seckill.edge.state import EdgeState
 from seckill.infra import keys
 from seckill.infra.db import Credentials, connect
 from seckill.tokens import mint_tokens, user_for_token
 from seckill_local.checkout import ROOT
-from seckill_local.edge import KVS_ENDPOINT, EdgeServer
+from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.template import Template
 from tests.helpers import body, closed_port, db_rows, load_event, new_user
 
@@ -430,12 +429,6 @@ def test_edge_publisher_from_the_artifact(invoke: Invoke) -> None:
     assert newer.v > older.v
     with EdgeServer(f"http://127.0.0.1:{closed_port()}") as edge:
         (answer,) = invoke("EdgePublisherFunction", [sample], **edge.environment())
-        store = boto3.client(
-            "cloudfront-keyvaluestore",
-            endpoint_url=KVS_ENDPOINT,
-            region_name="us-east-1",
-            config=Config(proxies={"http": edge.kvs_endpoint}),
-        )
-        stored = store.get_key(KvsARN=edge.kvs_arn, Key=newer.key)["Value"]
+        stored = local_kvs_client(edge.kvs_endpoint).get_key(KvsARN=edge.kvs_arn, Key=newer.key)["Value"]
     assert answer == {"batchItemFailures": []}
     assert stored == newer.value()

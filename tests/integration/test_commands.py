@@ -12,18 +12,26 @@ from typing import Any
 
 import pytest
 
+from seckill.edge.state import EdgeState
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
 from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill.tokens import user_for_token
-from tests.helpers import new_user, run_python
+from tests.helpers import drain, new_user, run_python
 
 
 def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
     """The suite's own database, Redis and SQS endpoint (conftest set them in os.environ)."""
     return {**os.environ, "DB_NAME": creds.database, **extra}
+
+
+def edge_states(sqs: Any, queue_url: str, voucher_id: int) -> list[tuple[bool, bool]]:
+    """(soldOut, stopped) of each state EdgeStateQueue holds for the voucher (the command
+    sends those of every voucher it saw: the suite's others too)."""
+    states = [EdgeState.from_message(m["Body"]) for m in drain(sqs, queue_url)]
+    return [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id]
 
 
 def test_seckill_tokens_mints_users_into_redis_and_a_file(tmp_path: Path, redis: Any) -> None:
@@ -68,6 +76,19 @@ def test_reconcile_command_releases_a_stale_reservation(
     assert result["queueDrained"] is True
     assert result["totals"]["released"] == 1
     assert redis.get(keys.stock(voucher_id)) == "2"
+
+
+def test_reconcile_command_sends_the_sale_state_to_the_edge(
+    creds: Credentials, sqs: Any, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    voucher_id = make_voucher(stock=2)
+    env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"], EDGE_STATE_QUEUE_URL=queues["EdgeStateQueue"])
+    try:
+        done = run_python("-m", "seckill_ops.reconcile", "--voucher", str(voucher_id), env=env)
+        assert done.returncode == 0, done.stderr
+        assert edge_states(sqs, queues["EdgeStateQueue"], voucher_id) == [(False, False)]
+    finally:
+        redis.delete(keys.edge(voucher_id))
 
 
 def test_reconcile_command_refuses_a_pending_age_a_live_request_may_have(
@@ -126,6 +147,27 @@ def test_recovery_command_rebuilds_a_lost_voucher(
     assert f"voucher {voucher_id}: stock None -> 4" in done.stdout
     assert redis.get(keys.stock(voucher_id)) == "4"
     assert redis.hlen(keys.window(voucher_id)) == 2
+
+
+def test_recovery_command_sends_the_rebuilt_state_to_the_edge(
+    creds: Credentials, sqs: Any, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
+) -> None:
+    """As seckill-reconcile: the edge may hold a state older than the rebuild (a sold-out
+    flag over units the rebuild puts back), which no other notice would replace."""
+    voucher_id = make_voucher(stock=4)
+    redis.delete(*keys.voucher_keys(voucher_id), keys.edge(voucher_id))
+    env = service_env(
+        creds,
+        ORDER_QUEUE_URL=queues["OrderQueue"],
+        ORDER_DLQ_URL=queues["OrderDeadLetterQueue"],
+        EDGE_STATE_QUEUE_URL=queues["EdgeStateQueue"],
+    )
+    try:
+        done = run_python("-m", "seckill_ops.recovery", "--wait-for-queue", "5", env=env)
+        assert done.returncode == 0, done.stderr
+        assert edge_states(sqs, queues["EdgeStateQueue"], voucher_id) == [(False, False)]
+    finally:
+        redis.delete(keys.edge(voucher_id))
 
 
 def test_recovery_command_counts_dead_lettered_orders_as_sold(

@@ -21,14 +21,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import urllib3
-from botocore.config import Config
 
 from seckill.infra import results
 from seckill.press.gate import REFUSALS, SOLD_OUT
-from seckill_local.edge import KVS_ARN, KVS_ENDPOINT, EdgeServer, kvs_environment
+from seckill_local.edge import KVS_ARN, EdgeServer, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
@@ -107,14 +105,7 @@ def edge(upstream: Upstream) -> Iterator[EdgeServer]:
 @pytest.fixture
 def kvs(edge: EdgeServer) -> Any:
     """boto3's client as the publisher makes it, its calls routed to the stand-in."""
-    return boto3.client(
-        "cloudfront-keyvaluestore",
-        endpoint_url=KVS_ENDPOINT,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        config=Config(proxies={"http": edge.kvs_endpoint}, retries={"max_attempts": 1}),
-    )
+    return local_kvs_client(edge.kvs_endpoint)
 
 
 @pytest.fixture

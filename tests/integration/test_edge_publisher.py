@@ -10,14 +10,12 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from seckill.edge.publisher import Published, Publisher, StoreBusy, kvs_client
 from seckill.edge.state import EdgeState
 from seckill_local.checkout import ROOT
-from seckill_local.edge import KVS_ENDPOINT, EdgeServer
+from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.lambdas import load_handler
 from seckill_local.template import Function
 from tests.helpers import closed_port, invoke, load_event, sqs_record
@@ -50,12 +48,7 @@ def kvs(environment: dict[str, str]) -> Any:
 @pytest.fixture
 def other(edge: EdgeServer) -> Any:
     """Another writer of the same store (another publisher, an operator)."""
-    return boto3.client(
-        "cloudfront-keyvaluestore",
-        endpoint_url=KVS_ENDPOINT,
-        region_name="us-east-1",
-        config=Config(proxies={"http": edge.kvs_endpoint}, retries={"max_attempts": 1}),
-    )
+    return local_kvs_client(edge.kvs_endpoint)
 
 
 def write(client: Any, arn: str, key: str, value: str) -> None:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks.servers import node
 from seckill.infra import results
 from seckill.press.gate import ENDED, NOT_STARTED, REFUSALS, SOLD_OUT
 from seckill_local.checkout import ROOT
+from seckill_local.node import MISSING, node
 
 HARNESS = ROOT / "tests" / "unit" / "edge" / "harness.mjs"
 
@@ -36,7 +36,7 @@ console.log(JSON.stringify(answers));
 def node_or_fail() -> Path:
     found = node()
     if found is None:
-        pytest.fail("Node.js 22 is missing: run `make bench-setup` (it installs the build the edge tests run on)")
+        pytest.fail(MISSING)
     return found
 
 

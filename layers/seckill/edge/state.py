@@ -1,7 +1,8 @@
 """The state of a sale the edge reads, and how a change of it leaves for the edge.
 
-Whoever changes a sale's state in Redis (creation, stop, a unit sold or given back)
-calls ``StateQueue.notice`` once the change has committed. ``lua/edge_claim.lua``
+Once a change of a sale's state has committed (creation, stop, each batch of stored
+orders, a unit given back by a route or an expiry), ``StateQueue.notice`` runs
+(every call site: docs/edge.md, "Every trigger"). ``lua/edge_claim.lua``
 elects one caller per change, whatever the number of containers that notice it, and
 hands it a new version; only that caller sends the state to EdgeStateQueue. Nothing
 here ever raises into its caller: the edge is an optimisation, never the authority,

@@ -109,9 +109,9 @@ def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -
 def _release(gate: Gate, reservation: Reservation) -> None:
     # No edge notice here (seckill.edge.state): this runs before the press is answered,
     # and the answer must not wait on an SQS send. The unit back may clear a "sold out"
-    # the edge holds; the persister's next batch of this voucher, or at the latest the
-    # reconciler's sweep, publishes it. Until then the edge may refuse, as sold out, a
-    # press the gate would take (docs/edge.md).
+    # the edge holds; the persister's next batch of this voucher (rare once the edge
+    # refuses the presses) or the reconciler's sweep publishes it. Until then the edge
+    # refuses, as sold out, a press the gate would take (docs/edge.md).
     try:
         gate.release(reservation)
     except Exception:

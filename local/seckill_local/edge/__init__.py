@@ -27,9 +27,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from seckill_local.checkout import ROOT
 from seckill_local.node import MISSING, node
+from seckill_local.sqs import LOCAL_AWS
 
 SERVER = Path(__file__).resolve().parent / "server.mjs"
 FUNCTION = ROOT / "edge" / "press.js"
@@ -42,7 +44,8 @@ READY = re.compile(r"edge listening on (http://\S+) \(kvs (http://\S+)\)")
 
 @dataclass(frozen=True)
 class EdgeStats:
-    """Presses the function answered itself, and requests it forwarded to the API."""
+    """Presses the function answered itself, requests it forwarded to the API, and
+    requests it threw on (answered 503, as CloudFront does)."""
 
     answered: int
     forwarded: int
@@ -59,18 +62,15 @@ class EdgeServer:
         port: int = 0,
         kvs_port: int = 0,
         host: str = "127.0.0.1",
-        function: Path = FUNCTION,
-        kvs_arn: str = KVS_ARN,
-        timeout: float = 30,
     ) -> None:
         path = node()
         if path is None:
             raise RuntimeError(MISSING)
-        self.kvs_arn = kvs_arn
+        self.kvs_arn = KVS_ARN
         command = [
             str(path),
             str(SERVER),
-            *("--function", str(function), "--upstream", upstream, "--kvs-arn", kvs_arn),
+            *("--function", str(FUNCTION), "--upstream", upstream, "--kvs-arn", KVS_ARN),
             *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port), "--exit-with-stdin"),
         ]
         # Our own script with our own arguments. Its stdin is a pipe only we hold: if this
@@ -78,9 +78,9 @@ class EdgeServer:
         self.process = subprocess.Popen(  # noqa: S603
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
-        self.url, self.kvs_endpoint = self._wait_ready(timeout)
+        self.url, self.kvs_endpoint = self._wait_ready()
 
-    def _wait_ready(self, timeout: float) -> tuple[str, str]:
+    def _wait_ready(self, timeout: float = 30) -> tuple[str, str]:
         lines: queue.Queue[str] = queue.Queue()
         assert self.process.stdout is not None
         stdout = self.process.stdout
@@ -142,3 +142,20 @@ def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
         **proxies,
         **{name.upper(): value for name, value in proxies.items()},
     }
+
+
+def local_kvs_client(listener: str) -> Any:
+    """A ``cloudfront-keyvaluestore`` client on the local store listening at ``listener``
+    (through it as a proxy, as for the publisher), for a reader or another writer. The
+    store takes any signature; one attempt per call, so a test sees each answer."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "cloudfront-keyvaluestore",
+        endpoint_url=KVS_ENDPOINT,
+        region_name=LOCAL_AWS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
+        config=Config(proxies={"http": listener}, retries={"max_attempts": 1}),
+    )
