@@ -12,14 +12,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import boto3
 import pytest
 import urllib3
-from botocore.config import Config
 
 from seckill.infra.db import Credentials
 from seckill_local.checkout import ROOT
-from seckill_local.edge import KVS_ARN, KVS_ENDPOINT
+from seckill_local.edge import KVS_ARN, local_kvs_client
 from seckill_local.lambdas import local_parameters
 from seckill_local.ports import free_port
 from seckill_local.sqs import ensure_queues
@@ -78,14 +76,7 @@ def test_the_edge_passes_on_what_it_does_not_answer_and_answers_a_sold_out_press
     assert pressed[0] == pressed[1]
     assert pressed[0][0] == 404  # VOUCHER_NOT_FOUND, from the function
 
-    kvs = boto3.client(
-        "cloudfront-keyvaluestore",
-        endpoint_url=KVS_ENDPOINT,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        config=Config(proxies={"http": fronted["kvs"]}),
-    )
+    kvs = local_kvs_client(fronted["kvs"])
     now = int(time.time() * 1000)
     value = {"v": 1, "begin": now - 60_000, "end": now + 3_600_000, "soldOut": True, "stopped": False}
     etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
