@@ -969,10 +969,14 @@ def build_parser() -> argparse.ArgumentParser:
         "layer. A model: every AWS figure comes with its page (--sources). Exit 0, or 2 on bad arguments "
         "(or --plot without matplotlib: pip install 'seckill-ops[plot]').",
     )
-    parser.add_argument("--users", type=positive_int, default=1_000_000)
+    parser.add_argument(
+        "--users", type=positive_int, default=1_000_000, help="distinct users pressing (default %(default)s)"
+    )
     parser.add_argument("--presses", type=positive_int, default=3, help="presses per user (default %(default)s)")
-    parser.add_argument("--stock", type=positive_int, default=200)
-    parser.add_argument("--seconds", type=positive_int, default=10, help="the window the presses arrive in")
+    parser.add_argument("--stock", type=positive_int, default=200, help="units on sale (default %(default)s)")
+    parser.add_argument(
+        "--seconds", type=positive_int, default=10, help="the window the presses arrive in (default %(default)s)"
+    )
     parser.add_argument(
         "--burst-share",
         type=_share,
