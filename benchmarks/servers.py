@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ import time
 from typing import Any
 
 from seckill_local.node import FAUXQS, node
+from seckill_local.processes import stop_group
 from seckill_local.sqs import sqs_client
 
 STAND_INS = {
@@ -143,13 +143,7 @@ class SqsServer:
         raise RuntimeError(f"the {self.server} SQS server did not come up within {timeout:.0f} s")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from seckill_local.checkout import ROOT, TEMPLATE
+from seckill_local.checkout import ROOT, TEMPLATE, write_or_check
 
 SOURCE = ROOT / "edge" / "press.js"
 RESOURCE = "EdgePressFunction"
@@ -73,17 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=SOURCE, help="the function's code (default %(default)s)")
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 if they differ")
     args = parser.parse_args(argv)
-    current = args.template.read_text(encoding="utf-8")
-    wanted = with_function_code(current, args.source.read_text(encoding="utf-8"))
-    if args.check:
-        if current != wanted:
-            print(f"{args.template}'s {RESOURCE} is not {args.source}: run `make edge-function`", file=sys.stderr)
-            return 1
-        print(f"{args.template}'s {RESOURCE} is {args.source}")
-        return 0
-    args.template.write_text(wanted, encoding="utf-8")
-    print(f"copied {args.source} into {args.template} ({RESOURCE}.FunctionCode)")
-    return 0
+    wanted = with_function_code(args.template.read_text(encoding="utf-8"), args.source.read_text(encoding="utf-8"))
+    return write_or_check(
+        args.template,
+        wanted,
+        check=args.check,
+        stale=f"{args.template}'s {RESOURCE} is not {args.source}: run `make edge-function`",
+        current=f"{args.template}'s {RESOURCE} is {args.source}",
+        written=f"copied {args.source} into {args.template} ({RESOURCE}.FunctionCode)",
+    )
 
 
 if __name__ == "__main__":

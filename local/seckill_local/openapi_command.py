@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seckill import openapi
-from seckill_local.checkout import ROOT
+from seckill_local.checkout import ROOT, write_or_check
 from seckill_local.lambdas import load_handler
 from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import Template
@@ -73,16 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     text = document()
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is not what the code describes: run `make openapi` and commit it", file=sys.stderr)
-            return 1
-        print(f"{args.out} is current")
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} ({len(json.loads(text)['paths'])} paths)")
-    return 0
+    return write_or_check(
+        args.out,
+        text,
+        check=args.check,
+        stale=f"{args.out} is not what the code describes: run `make openapi` and commit it",
+        current=f"{args.out} is current",
+        written=f"wrote {args.out} ({len(json.loads(text)['paths'])} paths)",
+    )
 
 
 if __name__ == "__main__":

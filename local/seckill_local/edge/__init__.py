@@ -17,10 +17,8 @@ requests a proxy receives as it serves direct ones.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import re
-import signal
 import subprocess
 import threading
 import urllib.request
@@ -31,6 +29,7 @@ from typing import Any
 
 from seckill_local.checkout import ROOT
 from seckill_local.node import MISSING, node
+from seckill_local.processes import stop_group
 from seckill_local.sqs import LOCAL_AWS
 
 SERVER = Path(__file__).resolve().parent / "server.mjs"
@@ -114,13 +113,7 @@ class EdgeServer:
         return kvs_environment(self.kvs_endpoint, self.kvs_arn)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
     def __enter__(self) -> EdgeServer:
         return self
