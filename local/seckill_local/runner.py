@@ -102,8 +102,9 @@ class Runner:
         return env
 
     def pool(self, logical_id: str, containers: int) -> FunctionPool:
+        """Warm containers of the function, a REPORT line on stdout per invocation (as ``sam local``)."""
         fn = self.function(logical_id)
-        return FunctionPool(fn, self.environment(fn), containers)
+        return FunctionPool(fn, self.environment(fn), containers, reports=sys.stdout)
 
     def resolve_int(self, value: Any, default: int) -> int:
         resolved = self.template.resolve(value, self.env_vars.get("Parameters", {}))

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -453,6 +455,26 @@ def test_http_a_repeated_authorization_header_is_joined_and_refused(api_url: str
         assert (response.status, json.loads(response.read())) == (403, {"message": "Forbidden"})
     finally:
         connection.close()
+
+
+def test_a_pool_reports_each_invocation_as_lambda_does_with_its_route(runner: Runner) -> None:
+    """The REPORT line the main job reads the function's own time from: one per invocation, its
+    duration measured in the container, the API's route key when the event has one."""
+    fn = runner.function("AuthorizerFunction")
+    reports = io.StringIO()
+    event = json.loads((EVENTS / "authorizer.json").read_text())
+    pool = FunctionPool(fn, runner.environment(fn), 1, reports=reports)
+    try:
+        pool.invoke(event)
+        pool.invoke({"type": "REQUEST"})
+    finally:
+        pool.close()
+
+    lines = reports.getvalue().splitlines()
+    pattern = r"REPORT RequestId: \S+ Function: AuthorizerFunction{} Duration: \d+\.\d\d ms"
+    assert re.fullmatch(pattern.format(re.escape(f" Route: {event['routeKey']}")), lines[0]), lines
+    assert re.fullmatch(pattern.format(""), lines[1]), lines
+    assert len(lines) == 2
 
 
 # --- the worker-start hook ---------------------------------------------------------------------
