@@ -64,6 +64,7 @@ class Report:
     edge: dict[str, Any] | None = None  # what the edge answered and how soon (seckill_demo.edge); None: no edge
     edge_plot: str = ""  # the edge plot's path
     function_time: dict[str, Any] | None = None  # the press route's own time (seckill_demo.timing); None: not measured
+    return_lag: dict[str, Any] | None = None  # payBy -> the unit back on sale (seckill_demo.holds.return_lag)
 
     @property
     def ok(self) -> bool:
@@ -295,6 +296,14 @@ def function_time_rows(table: Table, timing: dict[str, Any]) -> None:
     table.add_row("client-side latency: bounded by", timing["bound"])
 
 
+def return_lag_rows(table: Table, lag: dict[str, Any]) -> None:
+    """How late units came back (``seckill_demo.holds.return_lag``)."""
+    table.add_row(
+        "units back after payBy p50 / p99 / max",
+        f"{lag['p50']:,.0f} / {lag['p99']:,.0f} / {lag['max']:,.0f} ms over {lag['expired']:,} expired",
+    )
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
@@ -337,6 +346,8 @@ def render(report: Report, console: Console | None = None) -> None:
     )
     if report.function_time is not None:
         function_time_rows(table, report.function_time)
+    if report.return_lag is not None:
+        return_lag_rows(table, report.return_lag)
     if report.edge is not None:
         edge_rows(table, report.edge)
     table.add_row("seed", str(report.seed))

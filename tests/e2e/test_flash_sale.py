@@ -211,6 +211,9 @@ def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, s
     assert holds["resold"] == holds["expired"] + holds["cancelled"]
     assert holds["waves"] >= 2
     assert report["redis_stock"] == report["mysql_stock"] == 0
+    # Every expired unit's lag from payBy to back on sale, never negative: never early.
+    assert report["return_lag"]["expired"] == holds["expired"]
+    assert 0 <= report["return_lag"]["p50"] <= report["return_lag"]["max"]
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert f"stock plot: {plot}" in result.stdout
     # Through the edge: the later waves' presses reached the function, for the units that came back.

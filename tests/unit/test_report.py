@@ -69,3 +69,13 @@ def test_without_figures_of_its_own_the_report_shows_no_such_rows() -> None:
     text = rendered(a_report())
 
     assert "function's own time" not in text
+    assert "units back after payBy" not in text
+
+
+def test_the_lag_of_units_back_after_their_deadline_is_shown() -> None:
+    lag = {**percentiles([100.0, 200.0, 5000.0]), "expired": 3}
+
+    text = rendered(a_report(return_lag=lag))
+
+    assert "units back after payBy p50 / p99 / max" in text
+    assert "200 / 4,904 / 5,000 ms over 3 expired" in text
