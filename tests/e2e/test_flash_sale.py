@@ -67,6 +67,10 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str, se
     assert set(report["refusals"]) <= {"SOLD_OUT", "DUPLICATE_ORDER"}
     assert all(check["ok"] for check in report["checks"])
     assert "All invariants hold." in result.stdout
+    # The function's own time, from the runner's REPORT lines: one per press that reached it.
+    own = report["function_time"]
+    assert 30 <= own["invocations"] <= 360
+    assert 0 < own["handler_ms"]["p50"] <= own["handler_ms"]["max"]
 
 
 def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str, seed: int) -> None:
