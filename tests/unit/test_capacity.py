@@ -17,7 +17,7 @@ from seckill_ops.capacity import model as sale_model
 from seckill_ops.capacity.costs import plan_choice
 from seckill_ops.capacity.draw import blind_seconds, model_draw, moves, origin_fetches_per_second
 from seckill_ops.capacity.kvs import Fleet, calls_before, kvs_calls
-from seckill_ops.capacity.model import Check, Profile, Scenario, model, throttle
+from seckill_ops.capacity.model import Check, Profile, Scenario, before_waf, model, throttle
 from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES
 
 # 1,000 users x 3 presses for 10 units over 10 s: 1,500 presses in the first second, then
@@ -326,6 +326,13 @@ def test_waves_admit_for_the_units_no_shows_leave() -> None:
     assert draw.per_second["apigw"][10] == pytest.approx(10 * 0.25 * 3 + draw.per_second["arrived"][11] * 5 / 1_000)
     # Everyone presses: the first admission buys the stock and no wave follows.
     assert moves(replace(SMALL, seconds=30)) == [(0, 20)]
+
+
+def test_waf_s_rate_rules_act_too_late_for_the_sale_s_first_seconds() -> None:
+    # They usually take up to 30 s: every press of a 10 s sale arrives before them; of a 60 s
+    # sale, the first second's half and 29 of the other 59 seconds' half.
+    assert before_waf(MILLION) == 1
+    assert before_waf(replace(MILLION, seconds=60)) == pytest.approx(0.5 + 0.5 * 29 / 59)
 
 
 def test_store_calls_scale_with_live_vouchers_and_the_sweep_interval() -> None:

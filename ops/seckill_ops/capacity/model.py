@@ -97,6 +97,11 @@ class Profile:
         return (self.total - self.cumulative(self.edge_from())) / self.total
 
 
+def before_waf(p: Profile) -> float:
+    """The share of the presses that arrive before WAF's rate-based rules can act on them."""
+    return p.cumulative(figure("waf_rate_reaction")) / p.total
+
+
 def derived_origin(profile: Profile) -> str:
     sold_out = profile.sold_out_at()
     if sold_out is None:

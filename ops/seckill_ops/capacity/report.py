@@ -12,7 +12,15 @@ from rich.table import Table
 
 from seckill_ops.capacity.costs import plan_choice
 from seckill_ops.capacity.kvs import Calls, Fleet, calls_before, kvs_calls
-from seckill_ops.capacity.model import DRAW_COUNTS, Check, Profile, Scenario, apigw_quota, lambda_request_rate
+from seckill_ops.capacity.model import (
+    DRAW_COUNTS,
+    Check,
+    Profile,
+    Scenario,
+    apigw_quota,
+    before_waf,
+    lambda_request_rate,
+)
 from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, figure
 
 # No AWS page says whether API Gateway bills a request it throttles. The page that said it did
@@ -172,7 +180,7 @@ def _render_waf(p: Profile, scenarios: list[Scenario], out: Console) -> None:
     if not any(s.edge for s in scenarios):
         return
     delay = figure("waf_rate_reaction")
-    blind = p.cumulative(delay) / p.total
+    blind = before_waf(p)
     out.print(
         f"WAF's rate-based rules usually take up to {delay:g} s to act ({FIGURES['waf_rate_reaction'].source}): "
         f"the first {min(delay, p.seconds):g} s of the sale, {blind:.0%} of its presses, arrive before they can; "
