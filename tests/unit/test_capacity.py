@@ -344,10 +344,11 @@ def test_store_calls_scale_with_live_vouchers_and_the_sweep_interval() -> None:
     assert month(Fleet(live_vouchers=50))["sweep: ListKeys"] == 2 * 8_640  # 51 keys with the key list
     assert month(Fleet(live_vouchers=49, sweep_minutes=10))["sweep: ListKeys"] == 4_320
     ten = month(Fleet(live_vouchers=10))
-    assert ten["state changes"] == 10 * 2 * 2  # created and sold out, each DescribeKeyValueStore + UpdateKeys
-    assert ten["cleanup of ended vouchers"] == 10 * 2
+    # Created and sold out, each DescribeKeyValueStore, GetKey and UpdateKeys.
+    assert ten["state changes"] == 10 * 2 * 3
+    assert ten["cleanup of ended vouchers"] == 10 * 3
     assert "draw: cursor moves" not in ten
-    assert month(Fleet(live_vouchers=10, cursor_moves=3))["draw: cursor moves"] == 10 * 3 * 2
+    assert month(Fleet(live_vouchers=10, cursor_moves=3))["draw: cursor moves"] == 10 * 3 * 3
     lines = kvs_calls(Fleet(live_vouchers=10))
     assert sum(line.dollars for line in lines) == pytest.approx(sum(line.calls for line in lines) / 1_000 * 1.00)
     assert calls_before(Fleet(live_vouchers=10)) == 10 * 8_640 * 2
@@ -380,7 +381,7 @@ def test_main_draw_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["--admission", "draw", "--users", "1000", "--stock", "10", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in result["scenarios"]] == ["without the edge", "with the edge", "draw"]
-    assert result["kvs_calls_per_month"]["total"] == pytest.approx(8_640 + 10 * (2 + 1 + 1) * 2)
+    assert result["kvs_calls_per_month"]["total"] == pytest.approx(8_640 + 10 * (2 + 1 + 1) * 3)
     pytest.importorskip("matplotlib")
     target = tmp_path / "draw.png"
     assert main(["--admission", "draw", "--users", "1000", "--stock", "10", "--plot", str(target)]) == 0

@@ -90,8 +90,8 @@ def model_draw(profile: Profile) -> Scenario:
     scenario.notes.append(
         f"{first:,.0f} entrants admitted when the draw closes ({p.admit_factor} x {p.stock:,} units), "
         f"{len(cursor) - 1} later waves admitting {admitted - first:,.0f}; the edge answers every other press "
-        f"from second {blind_seconds(p):g} of the sale (the first cursor reaches it {p.propagation_seconds:g} s "
-        f"after the close, {p.draw_close_seconds} s before the opening)"
+        f"from second {blind_seconds(p):g} of the sale (the draw closes {p.draw_close_seconds} s before the "
+        f"opening, its first cursor reaches the edge {p.propagation_seconds:g} s later)"
     )
     scenario.notes.append(
         f"the sale costs ${sale_dollars:,.2f} of the ${scenario.total_dollars:,.2f}, its entry phase the rest"

@@ -33,10 +33,10 @@ class Calls:
 
 
 def kvs_calls(f: Fleet) -> list[Calls]:
-    """A month's calls. The sweep reads the whole store in ListKeys pages and writes only
-    what differs from the truth; every write is a DescribeKeyValueStore (the ETag its
-    If-Match needs) and one UpdateKeys, whoever sends it (the publisher on a notice, or the
-    sweep when a notice was lost): each state change is written once."""
+    """A month's calls, as the publisher makes them. The sweep reads the whole store in
+    ListKeys pages and writes only what differs from the truth (nothing, unless a notice was
+    lost); each state change is written once, on its notice: DescribeKeyValueStore (the ETag
+    UpdateKeys' If-Match needs), GetKey (the stored state, to compare) and UpdateKeys."""
     sweeps = MONTH_MINUTES / f.sweep_minutes
     keys = f.live_vouchers + 1  # and the key list of the draw's passes
     pages = math.ceil(keys / figure("kvs_list_page"))
@@ -52,12 +52,12 @@ def kvs_calls(f: Fleet) -> list[Calls]:
         Calls(
             "state changes",
             sales * f.changes_per_sale * per_write,
-            f"{sales:g} sales x {f.changes_per_sale:g} changes x {per_write:g} calls (the ETag, then UpdateKeys)",
+            f"{sales:g} sales x {f.changes_per_sale:g} changes x {per_write:g} calls (ETag, GetKey, UpdateKeys)",
         ),
         Calls(
             "cleanup of ended vouchers",
             sales * per_write,
-            f"{sales:g} ended vouchers x {per_write:g} calls (one UpdateKeys deleting the entry; fewer when batched)",
+            f"{sales:g} ended vouchers x {per_write:g} calls (an UpdateKeys deleting the entry; fewer when batched)",
         ),
     ]
     if f.cursor_moves:

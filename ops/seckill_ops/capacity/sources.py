@@ -387,9 +387,10 @@ ASSUMPTIONS: dict[str, Assumption] = {
         ),
         Assumption(
             "kvs_calls_per_write",
-            2,
-            "API calls per store write",
-            "DescribeKeyValueStore for the ETag UpdateKeys needs (If-Match), then one UpdateKeys",
+            3,
+            "API calls per state written",
+            "the publisher (seckill/edge/publisher.py): DescribeKeyValueStore for the ETag UpdateKeys needs "
+            "(If-Match), GetKey for the stored state to compare, then one UpdateKeys",
         ),
         Assumption("sweep_minutes", 5, "min", "template.yaml: ReconcileSchedule rate(5 minutes), one sweep per run"),
         Assumption("live_vouchers", 10, "vouchers", "assumed: vouchers whose entries the store holds"),
