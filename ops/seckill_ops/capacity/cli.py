@@ -111,7 +111,12 @@ def _add_draw(parser: argparse.ArgumentParser) -> None:
             help=f"{a.unit} (default %(default)s: {a.origin})",
         )
     a = ASSUMPTIONS["edge_locations"]
-    draw.add_argument("--edge-locations", type=positive_int, default=int(a.value), help=f"{a.unit} ({a.origin})")
+    draw.add_argument(
+        "--edge-locations",
+        type=positive_int,
+        default=int(a.value),
+        help=f"edge locations asking the origin for the draw record (default %(default)s: {a.origin})",
+    )
 
 
 def _add_kvs(parser: argparse.ArgumentParser) -> None:
