@@ -21,7 +21,7 @@ from seckill_ops.capacity.model import (
     before_waf,
     lambda_request_rate,
 )
-from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, figure
+from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, assumed, figure
 
 # No AWS page says whether API Gateway bills a request it throttles. The page that said it did
 # not is gone; AWS's experts answer on re:Post that it does not.
@@ -225,8 +225,10 @@ def _render_kvs(fleet: Fleet, out: Console) -> None:
     table.add_row("total", f"{total:,.0f}", _price("price_kvs_api_call"), _money(sum(c.dollars for c in lines)))
     _emit(out, table)
     out.print(
-        f"Before the sweep compared (every state sent on every sweep, read before each write): "
-        f"{calls_before(fleet):,.0f} calls a month."
+        "Assumed: the sweep reads the store in ListKeys pages and writes only what differs (nothing unless a "
+        "notice was lost); each state change, cursor move and cleanup is written once, by the publisher, "
+        f"{assumed('kvs_calls_per_write'):g} calls. Before the sweep compared (every state sent on every sweep, "
+        f"read before each write): {calls_before(fleet):,.0f} calls a month."
     )
 
 
