@@ -35,8 +35,10 @@ class Calls:
 def kvs_calls(f: Fleet) -> list[Calls]:
     """A month's calls, as the publisher makes them. The sweep reads the whole store in
     ListKeys pages and writes only what differs from the truth (nothing, unless a notice was
-    lost); each state change is written once, on its notice: DescribeKeyValueStore (the ETag
-    UpdateKeys' If-Match needs), GetKey (the stored state, to compare) and UpdateKeys."""
+    lost, or a sale ended a day ago: then DescribeKeyValueStore, ListKeys again under the
+    ETag, and one UpdateKeys with the deletes); each state change is written once, on its
+    notice: DescribeKeyValueStore (the ETag UpdateKeys' If-Match needs), GetKey (the stored
+    state, to compare) and UpdateKeys."""
     sweeps = MONTH_MINUTES / f.sweep_minutes
     keys = f.live_vouchers + 1  # and the key list of the draw's passes
     pages = math.ceil(keys / figure("kvs_list_page"))
@@ -56,8 +58,9 @@ def kvs_calls(f: Fleet) -> list[Calls]:
         ),
         Calls(
             "cleanup of ended vouchers",
-            sales * per_write,
-            f"{sales:g} ended vouchers x {per_write:g} calls (an UpdateKeys deleting the entry; fewer when batched)",
+            sales * (pages + 2),
+            f"{sales:g} ended vouchers x {pages + 2} calls: the sweep deleting an entry reads the ETag, lists "
+            "again under it and deletes in its UpdateKeys (shared when several end in one sweep)",
         ),
     ]
     if f.cursor_moves:

@@ -226,9 +226,9 @@ def _render_kvs(fleet: Fleet, out: Console) -> None:
     _emit(out, table)
     out.print(
         "Assumed: the sweep reads the store in ListKeys pages and writes only what differs (nothing unless a "
-        "notice was lost); each state change, cursor move and cleanup is written once, by the publisher, "
-        f"{assumed('kvs_calls_per_write'):g} calls. Before the sweep compared (every state sent on every sweep, "
-        f"read before each write): {calls_before(fleet):,.0f} calls a month."
+        "notice was lost or a sale ended a day ago); each state change and cursor move is written once, by the "
+        f"publisher, {assumed('kvs_calls_per_write'):g} calls. Before the sweep compared (every state sent on "
+        f"every sweep, read before each write): {calls_before(fleet):,.0f} calls a month."
     )
 
 
