@@ -12,8 +12,13 @@ import pytest
 
 from seckill_local.checkout import ROOT
 from seckill_local.template import Template
-from seckill_ops import capacity
-from seckill_ops.capacity import ASSUMPTIONS, FIGURES, Profile, main, model
+from seckill_ops.capacity import main
+from seckill_ops.capacity import model as sale_model
+from seckill_ops.capacity.costs import plan_choice
+from seckill_ops.capacity.draw import blind_seconds, model_draw, moves, origin_fetches_per_second
+from seckill_ops.capacity.kvs import Fleet, calls_before, kvs_calls
+from seckill_ops.capacity.model import Check, Profile, Scenario, before_waf, model, throttle
+from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES
 
 # 1,000 users x 3 presses for 10 units over 10 s: 1,500 presses in the first second, then
 # 1,500 / 9 a second. The 10 units are gone after 10 x 3 = 30 presses (0.02 s); with 5 s of
@@ -58,7 +63,7 @@ def test_with_the_edge_the_edge_answers_its_share_and_the_api_the_rest() -> None
 
 
 def test_api_gateway_admits_its_rate_plus_what_the_bucket_holds() -> None:
-    assert capacity._throttle([20_000, 20_000, 5_000, 20_000], 10_000, 5_000) == [15_000, 10_000, 5_000, 15_000]
+    assert throttle([20_000, 20_000, 5_000, 20_000], 10_000, 5_000) == [15_000, 10_000, 5_000, 15_000]
 
 
 def test_the_million_user_sale_meets_api_gateway_without_the_edge_and_cloudfront_with_it() -> None:
@@ -75,17 +80,23 @@ def test_the_million_user_sale_meets_api_gateway_without_the_edge_and_cloudfront
 
 
 def test_the_edge_moves_the_wall_off_the_api_once_it_knows_the_sale_is_over() -> None:
-    # 100,000 users, 4% of their 300,000 presses in the first second (12,000: under 10,000 plus
-    # the 5,000 burst), then 32,000 a second: API Gateway's wall is in second 1.
-    sale = Profile(users=100_000, presses=3, stock=200, seconds=10, burst_share=0.04, propagation_seconds=0)
-    wall = model(sale, edge=False).first_wall()
+    # 100,000 users, 1.5% of their 300,000 presses in the first second (4,500: under 10,000 plus
+    # the 5,000 burst, and with their authorizer calls under Lambda's 10,000 a second), then
+    # 32,833 a second: API Gateway's wall is in second 1.
+    flat = Profile(users=100_000, presses=3, stock=200, seconds=10, burst_share=0.015, propagation_seconds=0)
+    wall = model(flat, edge=False).first_wall()
     assert wall is not None
     assert (wall.layer, wall.exceeded_at) == ("API Gateway", 1)
     # The edge forwards the first second whatever it knows (its clock skew), then answers the rest.
-    assert sale.edge_from() == 1
-    with_edge = model(sale, edge=True)
+    assert flat.edge_from() == 1
+    with_edge = model(flat, edge=True)
     assert with_edge.first_wall() is None
-    assert with_edge.counts["apigw_requests"] == pytest.approx(12_000)
+    assert with_edge.counts["apigw_requests"] == pytest.approx(4_500)
+    # 12,000 presses in that first second fit API Gateway's rate and burst, but with their
+    # authorizer calls they are over Lambda's 10,000 invocations a second.
+    wall = model(replace(flat, burst_share=0.04), edge=True).first_wall()
+    assert wall is not None
+    assert (wall.layer, wall.quota, wall.exceeded_at) == ("Lambda", "invocation requests/s (10 x concurrency)", 0)
 
 
 def test_the_edge_never_answers_within_its_skew_of_the_start() -> None:
@@ -105,13 +116,13 @@ def test_the_reduced_regions_throttle_sooner() -> None:
 
 def test_the_persister_drains_as_lambda_adds_pollers() -> None:
     # 5 pollers the first minute whatever MaximumConcurrency allows, then 305.
-    assert capacity._pollers(0, 1_000) == 5
-    assert capacity._pollers(60, 1_000) == 305
-    assert capacity._pollers(600, 1_000) == 1_000
-    assert capacity._pollers(600, 5) == 5
+    assert sale_model._pollers(0, 1_000) == 5
+    assert sale_model._pollers(60, 1_000) == 305
+    assert sale_model._pollers(600, 1_000) == 1_000
+    assert sale_model._pollers(600, 5) == 5
     # 1 s batches: 300 batches in the first minute, the next 305 in 1 s.
-    assert capacity._drain_seconds(605, 1_000, 1.0) == pytest.approx(61)
-    assert capacity._drain_seconds(20, 5, 0.5) == pytest.approx(2)
+    assert sale_model._drain_seconds(605, 1_000, 1.0) == pytest.approx(61)
+    assert sale_model._drain_seconds(20, 5, 0.5) == pytest.approx(2)
 
 
 def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
@@ -173,7 +184,7 @@ def test_docs_capacity_cites_every_figure_s_page() -> None:
 
 def test_docs_capacity_shows_the_command_s_current_output(capsys: pytest.CaptureFixture[str]) -> None:
     page = (ROOT / "docs" / "capacity.md").read_text(encoding="utf-8")
-    command = "$ seckill-capacity --users 1000000 --presses 3 --stock 200 --seconds 10\n"
+    command = "$ seckill-capacity --users 1000000 --presses 3 --stock 200 --seconds 10 --admission draw\n"
     pasted = page.split(command, 1)[1].split("\n```", 1)[0]
     assert main(command.split()[2:]) == 0
     assert capsys.readouterr().out.rstrip("\n") == pasted, "rerun the command and paste its output"
@@ -218,6 +229,13 @@ def test_a_report_without_an_edge_section_leaves_the_share_derived(
         ["--region-burst", "tiny"],
         ["--refused-ms", "-1"],
         ["--from-report", "/nonexistent/report.json"],
+        ["--admission", "lottery"],
+        ["--admit-factor", "0"],
+        ["--draw-close-seconds", "4"],
+        ["--wave-seconds", "3601"],
+        ["--entry-minutes", "0"],
+        ["--live-vouchers", "0"],
+        ["--sweep-minutes", "-5"],
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,4 +254,138 @@ def test_plot_draws_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the [plot] extra; the ops install's lack of it: tests/e2e/test_installs.py
     target = tmp_path / "capacity.png"
     assert main(["--users", "1000", "--stock", "10", "--plot", str(target)]) == 0
+    assert target.read_bytes().startswith(b"\x89PNG")
+
+
+MILLION = Profile(users=1_000_000, presses=3, stock=200, seconds=10)
+
+
+def _walls(scenario: Scenario, layers: tuple[str, ...]) -> list[Check]:
+    return [c for c in scenario.checks if c.layer in layers and c.exceeded_at is not None]
+
+
+def test_lambda_s_request_rate_is_a_wall_of_its_own() -> None:
+    # Without the edge API Gateway admits 15,000 presses and 5,000 authorizer calls follow in
+    # second 0: twice the 10,000 invocations a second Lambda takes (10 x 1,000).
+    checks = [c for c in model(MILLION, edge=False).checks if c.quota.startswith("invocation requests/s")]
+    assert [(c.limit, c.peak, c.exceeded_at) for c in checks] == [(10_000, pytest.approx(20_000), 0)]
+    small = [c for c in model(SMALL, edge=False).checks if c.quota.startswith("invocation requests/s")]
+    assert small[0].peak == pytest.approx(1_500 + 500)  # the authorizer calls follow the presses
+    assert small[0].exceeded_at is None
+
+
+def test_the_draw_keeps_api_gateway_and_lambda_under_their_quotas_where_the_race_does_not() -> None:
+    race = model(MILLION, edge=True)
+    assert {c.layer for c in _walls(race, ("API Gateway", "Lambda"))} == {"API Gateway", "Lambda"}
+    draw = model_draw(MILLION)
+    assert not _walls(draw, ("API Gateway", "Lambda"))
+    assert {c.phase for c in draw.checks} == {"entry", "sale"}  # both phases are checked
+    # Only the 400 admitted entrants' 1,200 presses reach API Gateway in the sale.
+    c = draw.counts
+    assert c["apigw_requests"] - c["entry_apigw"] == pytest.approx(2 * 200 * 3)
+    assert c["answered_at_edge"] == pytest.approx(3_000_000 - 1_200)
+    assert c["accepted"] == 200
+    assert c["kvs_reads"] == pytest.approx(2 * 3_000_000)  # the voucher's entry and the key list
+    # The entry phase: one POST and two look-ups per entrant, spread over the hour.
+    assert c["entrants"] == 1_000_000
+    assert c["entry_polls"] == 2_000_000
+    assert draw.per_second["entry_apigw"][0] == pytest.approx(1_000_000 * 3 / 3_600 + 375)
+
+
+def test_the_draw_record_reaches_the_origin_once_per_edge_location_per_cache_period() -> None:
+    # 5 reads per entrant over the hour is 1,389 reads a second; 750 edge locations asking at
+    # most every 2 s send 375 of them.
+    assert origin_fetches_per_second(MILLION) == pytest.approx(375)
+    assert origin_fetches_per_second(replace(MILLION, draw_reads=0.1)) == pytest.approx(100_000 / 3_600)
+    assert model_draw(MILLION).counts["draw_origin_fetches"] == pytest.approx(375 * 3_600)
+
+
+def test_entries_squeezed_into_a_minute_meet_api_gateway_in_the_entry_phase() -> None:
+    draw = model_draw(replace(MILLION, entry_minutes=1))
+    wall = draw.first_wall()
+    assert wall is not None
+    assert (wall.phase, wall.layer, wall.exceeded_at) == ("entry", "API Gateway", 0)
+
+
+def test_a_draw_closing_before_its_cursor_reaches_the_edge_lets_the_crowd_through() -> None:
+    # 10 s of propagation against a close 5 s before the opening: the edge holds no cursor
+    # for the sale's first 5 s and forwards every press.
+    late = replace(MILLION, draw_close_seconds=5, propagation_seconds=10)
+    assert blind_seconds(late) == 5
+    walls = _walls(model_draw(late), ("API Gateway",))
+    assert [(c.phase, c.exceeded_at) for c in walls] == [("sale", 0)]
+
+
+def test_waves_admit_for_the_units_no_shows_leave() -> None:
+    # 20 admitted, a quarter press: 5 units bought; each wave admits 2 x the units left.
+    sale_ = replace(SMALL, seconds=30, no_show=0.75)
+    assert moves(sale_) == [(0, 20), (10, 10), (20, 5)]
+    draw = model_draw(sale_)
+    assert draw.counts["admitted"] == 35
+    assert draw.counts["waves"] == 2
+    assert draw.per_second["apigw"][10] == pytest.approx(10 * 0.25 * 3 + draw.per_second["arrived"][11] * 5 / 1_000)
+    # Everyone presses: the first admission buys the stock and no wave follows.
+    assert moves(replace(SMALL, seconds=30)) == [(0, 20)]
+
+
+def test_waf_s_rate_rules_act_too_late_for_the_sale_s_first_seconds() -> None:
+    # They usually take up to 30 s: every press of a 10 s sale arrives before them; of a 60 s
+    # sale, the first second's half and 29 of the other 59 seconds' half.
+    assert before_waf(MILLION) == 1
+    assert before_waf(replace(MILLION, seconds=60)) == pytest.approx(0.5 + 0.5 * 29 / 59)
+
+
+def test_store_calls_scale_with_live_vouchers_and_the_sweep_interval() -> None:
+    def month(fleet: Fleet) -> dict[str, float]:
+        return {line.item: line.calls for line in kvs_calls(fleet)}
+
+    # A 30-day month: 8,640 sweeps every 5 minutes, each one ListKeys page of 50 keys.
+    assert month(Fleet(live_vouchers=49))["sweep: ListKeys"] == 8_640
+    assert month(Fleet(live_vouchers=50))["sweep: ListKeys"] == 2 * 8_640  # 51 keys with the key list
+    assert month(Fleet(live_vouchers=49, sweep_minutes=10))["sweep: ListKeys"] == 4_320
+    ten = month(Fleet(live_vouchers=10))
+    # Created and sold out, each DescribeKeyValueStore, GetKey and UpdateKeys.
+    assert ten["state changes"] == 10 * 2 * 3
+    # Each ended voucher's delete rides in a sweep's UpdateKeys: that sweep's ETag, its second
+    # listing under it and the UpdateKeys.
+    assert ten["cleanup of ended vouchers"] == 10 * (1 + 1 + 1)
+    assert month(Fleet(live_vouchers=50))["cleanup of ended vouchers"] == 50 * (1 + 2 + 1)
+    assert "draw: cursor moves" not in ten
+    assert month(Fleet(live_vouchers=10, cursor_moves=3))["draw: cursor moves"] == 10 * 3 * 3
+    lines = kvs_calls(Fleet(live_vouchers=10))
+    assert sum(line.dollars for line in lines) == pytest.approx(sum(line.calls for line in lines) / 1_000 * 1.00)
+    assert calls_before(Fleet(live_vouchers=10)) == 10 * 8_640 * 2
+
+
+def test_the_smallest_flat_rate_plan_holding_the_month_s_requests() -> None:
+    with_edge = model(MILLION, edge=True)
+    assert plan_choice(with_edge.costs, with_edge.monthly, 3e6, 1).plan == "pro"
+    assert plan_choice(with_edge.costs, with_edge.monthly, 3e6, 100).plan == "premium"
+    assert plan_choice(with_edge.costs, with_edge.monthly, 3e6, 200).plan is None
+    # Pay-as-you-go: the edge's requests, transfer and WAF inspection per sale, and WAF's $9 a month.
+    choice = plan_choice(with_edge.costs, with_edge.monthly, 3e6, 1)
+    assert choice.pay_as_you_go == pytest.approx(3.00 + 0.102 + 1.80 + 9)
+
+
+def test_main_draw_prints_the_draw_beside_the_race(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--admission", "draw"]) == 0
+    out = capsys.readouterr().out
+    assert "| entries (POST entry, before the sale)" in out
+    assert "First wall draw: CloudFront, requests/s per distribution" in out
+    assert "Cost per sale: without the edge $" in out
+    assert "; draw $" in out
+    assert "WAF's rate-based rules usually take up to 30 s" in out
+    assert "whether a throttled request is billed is unknown" in out
+    assert "| draw: cursor moves" in out
+    assert "| draw             | API Gateway (entry phase)" in out
+
+
+def test_main_draw_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--admission", "draw", "--users", "1000", "--stock", "10", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in result["scenarios"]] == ["without the edge", "with the edge", "draw"]
+    assert result["kvs_calls_per_month"]["total"] == pytest.approx(8_640 + 10 * (2 + 1) * 3 + 10 * 3)
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "draw.png"
+    assert main(["--admission", "draw", "--users", "1000", "--stock", "10", "--plot", str(target)]) == 0
     assert target.read_bytes().startswith(b"\x89PNG")

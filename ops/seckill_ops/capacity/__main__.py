@@ -1,0 +1,5 @@
+import sys
+
+from seckill_ops.capacity.cli import main
+
+sys.exit(main())

@@ -1,0 +1,415 @@
+"""seckill-capacity's sources: every AWS quota and price the model uses, with the AWS page it
+comes from, and every other input with where its default comes from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+READ = "2026-12-01"  # the day the pages below were read
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An AWS quota or price. ``checked``: the value itself was read on ``source``; False:
+    the page is AWS's own but the value was read in a copy of it (the note says which)."""
+
+    name: str
+    value: float
+    unit: str
+    source: str
+    checked: bool = True
+    note: str = ""
+    read: str = READ
+
+
+_CF_PRICING = "https://aws.amazon.com/cloudfront/pricing/"
+# AWS's own WAF guide prices its examples at the rates of https://aws.amazon.com/waf/pricing/.
+_WAF_COST = "https://aws.github.io/aws-security-services-best-practices/guides/waf/waf-cost/docs/"
+_SECONDARY = "value read in a third-party copy of this page; check it on the page"
+_CF_PLANS = "https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/flat-rate-pricing-plan.html"
+_PLAN_COPY = "value read in a copy of this page's text in a public repository; check it on the page"
+_PLAN_PRICE = (
+    "the plans' monthly prices are on " + _CF_PRICING + "; read in third-party copies of it (announced "
+    "18 November 2025); check it there"
+)
+# The launch post of the KeyValueStore: a write reaches the edge locations in "a few seconds".
+KVS_LAUNCH = (
+    "https://aws.amazon.com/blogs/aws/"
+    "introducing-amazon-cloudfront-keyvaluestore-a-low-latency-datastore-for-cloudfront-functions/"
+)
+
+FIGURES: dict[str, Figure] = {
+    f.name: f
+    for f in (
+        Figure(
+            "apigw_rps",
+            10_000,
+            "requests/s per account per Region",
+            "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html",
+        ),
+        Figure(
+            "apigw_burst",
+            5_000,
+            "requests (token bucket capacity)",
+            "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html",
+        ),
+        Figure(
+            "apigw_rps_reduced",
+            2_500,
+            "requests/s (13 newer Regions, e.g. Milan, Jakarta)",
+            "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html",
+        ),
+        Figure(
+            "apigw_burst_reduced",
+            1_250,
+            "requests (13 newer Regions)",
+            "https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html",
+        ),
+        Figure(
+            "lambda_concurrency",
+            1_000,
+            "concurrent executions per account per Region",
+            "https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html",
+        ),
+        Figure(
+            "lambda_ramp",
+            1_000,
+            "execution environments added per function every 10 s",
+            "https://docs.aws.amazon.com/lambda/latest/dg/scaling-behavior.html",
+        ),
+        Figure(
+            "lambda_request_rate",
+            10,
+            "synchronous invocation requests/s per unit of the concurrency quota (10 x 1,000 = 10,000/s)",
+            "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html",
+        ),
+        Figure(
+            "sqs_pollers_start",
+            5,
+            "concurrent batches when messages appear",
+            "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html",
+        ),
+        Figure(
+            "sqs_pollers_per_minute",
+            300,
+            "concurrent batches added per minute",
+            "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html",
+        ),
+        Figure(
+            "sqs_pollers_max",
+            1_000,
+            "concurrent batches per event source mapping",
+            "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html",
+        ),
+        Figure(
+            "cloudfront_rps",
+            250_000,
+            "requests/s per distribution",
+            "https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/cloudfront-limits.html",
+        ),
+        Figure(
+            "waf_rate_reaction",
+            30,
+            "s: WAF's rate-based rules usually detect and act within this",
+            "https://docs.aws.amazon.com/waf/latest/developerguide/waf-rule-statement-type-rate-based-caveats.html",
+        ),
+        Figure(
+            "kvs_list_page",
+            50,
+            "keys per ListKeys call at most (MaxResults)",
+            "https://docs.aws.amazon.com/cloudfront/latest/APIReference/API_kvs_ListKeys.html",
+        ),
+        Figure(
+            "elasticache_node_ops",
+            1_000_000,
+            "requests/s per node (r7g.4xlarge, Redis 7.1, simple commands)",
+            "https://aws.amazon.com/blogs/database/achieve-over-500-million-requests-per-second-per-cluster-with-amazon-elasticache-for-redis-7-1/",
+            note="a large node's figure, not the template's default cache.t4g.micro",
+        ),
+        Figure(
+            "price_lambda_request",
+            0.20,
+            "USD per million requests",
+            "https://docs.aws.amazon.com/whitepapers/latest/how-aws-pricing-works/lambda.html",
+        ),
+        Figure(
+            "price_lambda_gb_s",
+            0.00001667,
+            "USD per GB-second (x86)",
+            "https://docs.aws.amazon.com/whitepapers/latest/how-aws-pricing-works/lambda.html",
+        ),
+        Figure(
+            "price_apigw_http",
+            1.00,
+            "USD per million HTTP API requests (first 300 million a month, us-east-1)",
+            "https://docs.aws.amazon.com/whitepapers/latest/best-practices-api-gateway-private-apis-integration/cost-optimization.html",
+        ),
+        Figure(
+            "price_cf_https_request",
+            0.0100,
+            "USD per 10,000 HTTPS requests (United States, Mexico, Canada)",
+            _CF_PRICING,
+            checked=False,
+            note=_SECONDARY + " (POSTs are billed as HTTPS proxy requests)",
+        ),
+        Figure(
+            "price_cf_function",
+            0.10,
+            "USD per million CloudFront Function invocations",
+            _CF_PRICING,
+            checked=False,
+            note=_SECONDARY,
+        ),
+        Figure(
+            "price_kvs_read",
+            0.03,
+            "USD per million KeyValueStore reads",
+            _CF_PRICING,
+            checked=False,
+            note="the page bills reads (its free tier counts 2,000,000 a month); the value is not confirmed",
+        ),
+        Figure(
+            "price_kvs_api_call",
+            1.00,
+            "USD per 1,000 KeyValueStore API calls (ListKeys, DescribeKeyValueStore, UpdateKeys, ...)",
+            _CF_PRICING,
+            checked=False,
+            note="the stored copy of the page ends before its KeyValueStore API line; the value is not confirmed",
+        ),
+        Figure(
+            "price_cf_transfer",
+            0.085,
+            "USD per GB out to the internet (first 10 TB, United States, Mexico, Canada)",
+            _CF_PRICING,
+        ),
+        Figure(
+            "plan_pro",
+            15,
+            "USD per month (CloudFront flat-rate Pro plan, one distribution)",
+            _CF_PLANS,
+            False,
+            _PLAN_PRICE,
+        ),
+        Figure(
+            "plan_business",
+            200,
+            "USD per month (flat-rate Business plan, one distribution)",
+            _CF_PLANS,
+            False,
+            _PLAN_PRICE,
+        ),
+        Figure(
+            "plan_premium",
+            1_000,
+            "USD per month (flat-rate Premium plan, one distribution)",
+            _CF_PLANS,
+            False,
+            _PLAN_PRICE,
+        ),
+        Figure("plan_pro_requests", 10e6, "requests a month (Pro plan's allowance)", _CF_PLANS, False, _PLAN_COPY),
+        Figure(
+            "plan_business_requests",
+            125e6,
+            "requests a month (Business plan's allowance)",
+            _CF_PLANS,
+            False,
+            _PLAN_COPY,
+        ),
+        Figure(
+            "plan_premium_requests", 500e6, "requests a month (Premium plan's allowance)", _CF_PLANS, False, _PLAN_COPY
+        ),
+        Figure("price_waf_acl", 5.00, "USD per web ACL per month", _WAF_COST),
+        Figure("price_waf_rule", 1.00, "USD per rule per month", _WAF_COST),
+        Figure(
+            "price_waf_request",
+            0.60,
+            "USD per million requests inspected",
+            _WAF_COST,
+        ),
+        Figure(
+            "price_bot_control_month",
+            10.00,
+            "USD per month (Bot Control, common level)",
+            _WAF_COST,
+        ),
+        Figure(
+            "price_bot_control_request",
+            1.00,
+            "USD per million requests (Bot Control, common level)",
+            _WAF_COST,
+        ),
+        Figure(
+            "price_sqs_request",
+            0.40,
+            "USD per million standard-queue requests",
+            "https://aws.amazon.com/sqs/pricing/",
+            checked=False,
+            note=_SECONDARY,
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A model input that is not an AWS figure: its default and where the default comes from."""
+
+    name: str
+    value: float
+    unit: str
+    origin: str
+
+
+ASSUMPTIONS: dict[str, Assumption] = {
+    a.name: a
+    for a in (
+        Assumption(
+            "burst_share",
+            0.5,
+            "share of all presses",
+            "assumed: half the presses land in the first burst",
+        ),
+        Assumption("burst_seconds", 1, "s", "assumed: the burst is the sale's first second"),
+        Assumption(
+            "propagation_seconds",
+            5,
+            "s",
+            "assumed: sell-out to the edge answering; the local run measured 0.42 s from sell-out to the "
+            "store (docs/edge.md), and AWS's launch post of the KeyValueStore says a write reaches the edge "
+            "locations in a few seconds (" + KVS_LAUNCH + ")",
+        ),
+        Assumption(
+            "edge_skew_seconds",
+            1,
+            "s",
+            "edge/press.js: SKEW_MS, the edge forwards every press until 1 s after the start",
+        ),
+        Assumption(
+            "accepted_ms",
+            3.6,
+            "ms per accepted press",
+            "benchmarks/README.md: the handler's accepted press, 2.90-3.65 ms, SendMessage to fauxqs included",
+        ),
+        Assumption(
+            "refused_ms",
+            1.0,
+            "ms per refused press",
+            "benchmarks/README.md: 0.15 ms with the refusal cache off (3 µs warm), billed as Lambda's 1 ms minimum",
+        ),
+        Assumption(
+            "authorizer_ms",
+            1.0,
+            "ms per authorizer invocation",
+            "assumed: one Redis read, like a refused press; not benchmarked",
+        ),
+        Assumption(
+            "persister_ms",
+            17.9,
+            "ms per batch of 10",
+            "benchmarks/README.md: the persister drains about 560 rows/s with its expiry sends",
+        ),
+        Assumption("publisher_ms", 100, "ms per edge publisher invocation", "assumed: a few KeyValueStore calls"),
+        Assumption("memory_mb", 512, "MB per function", "template.yaml: Globals MemorySize"),
+        Assumption("persister_batch", 10, "orders per batch", "template.yaml: PersisterBatchSize default"),
+        Assumption(
+            "persister_concurrency",
+            5,
+            "concurrent batches",
+            "template.yaml: PersisterMaxConcurrency default (MaximumConcurrency)",
+        ),
+        Assumption("authorizer_cache_s", 30, "s", "template.yaml: ReauthorizeEvery (answers cached per token)"),
+        Assumption(
+            "redis_per_accepted",
+            4,
+            "Redis commands per accepted press",
+            "benchmarks/README.md: the gate, the order id, the attach, the promise",
+        ),
+        Assumption(
+            "redis_per_refused",
+            1,
+            "Redis commands per refused press",
+            "benchmarks/README.md: one EVALSHA with the refusal cache off (none once a container's cache is warm)",
+        ),
+        Assumption("redis_per_authorizer", 1, "Redis commands per authorizer invocation", "functions/authorizer"),
+        Assumption(
+            "response_bytes",
+            400,
+            "bytes per answer",
+            "assumed: the 77-byte Result body and its headers",
+        ),
+        Assumption(
+            "waf_rules",
+            4,
+            "rules",
+            "template.yaml / edge/waf.yaml: two rate-based rules and two AWS managed rule groups",
+        ),
+        Assumption("admit_factor", 2, "x the units on sale", "the draw's admitFactor default"),
+        Assumption("draw_close_seconds", 60, "s", "the draw's drawCloseSeconds default"),
+        Assumption("wave_seconds", 10, "s", "the draw's waveSeconds default"),
+        Assumption("entry_minutes", 60, "min", "assumed: entries spread evenly over the hour before the draw closes"),
+        Assumption("entry_polls", 2, "GET entry per entrant", "assumed: a client looks its entry up twice"),
+        Assumption(
+            "draw_reads",
+            5,
+            "draw record reads per entrant",
+            "assumed: a waiting client reads the cursor at the edge, not the API",
+        ),
+        Assumption(
+            "draw_cache_seconds",
+            2,
+            "s",
+            "the draw record's cache at the edge (at most 2 s): an edge location asks the origin once per 2 s at most",
+        ),
+        Assumption(
+            "edge_locations",
+            750,
+            "edge locations",
+            "an upper bound: each of CloudFront's 750+ edge locations (" + _CF_PLANS + ") missing its cache "
+            "once per TTL; regional edge caches and Origin Shield only lower it",
+        ),
+        Assumption(
+            "entry_ms",
+            5,
+            "ms per POST entry",
+            "assumed: one durable INSERT and an HMAC signature; not benchmarked",
+        ),
+        Assumption(
+            "no_show",
+            0,
+            "share of admitted entrants",
+            "assumed: every admitted entrant presses (their units otherwise go to the next wave)",
+        ),
+        Assumption(
+            "kvs_reads_per_draw_press",
+            2,
+            "KeyValueStore reads per press on a draw voucher",
+            "the edge reads the voucher's entry and the key list (pass-keys)",
+        ),
+        Assumption(
+            "kvs_calls_per_write",
+            3,
+            "API calls per state written",
+            "the publisher (seckill/edge/publisher.py): DescribeKeyValueStore for the ETag UpdateKeys needs "
+            "(If-Match), GetKey for the stored state to compare, then one UpdateKeys",
+        ),
+        Assumption("sweep_minutes", 5, "min", "template.yaml: ReconcileSchedule rate(5 minutes), one sweep per run"),
+        Assumption("live_vouchers", 10, "vouchers", "assumed: vouchers whose entries the store holds"),
+        Assumption(
+            "changes_per_sale",
+            2,
+            "state changes per voucher per sale",
+            "assumed: created, then sold out (the edge knows the window's end without a write)",
+        ),
+        Assumption("sales_per_month", 1, "sales per live voucher per month", "assumed"),
+    )
+}
+
+MONTH_MINUTES = 30 * 24 * 60  # a 30-day month
+
+
+def assumed(name: str) -> float:
+    return ASSUMPTIONS[name].value
+
+
+def figure(name: str) -> float:
+    return FIGURES[name].value
