@@ -58,8 +58,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # gate answers 503 for them meanwhile, and the next pass reconciles them.
     wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
     recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait, missing=result.totals()["missing"] > 0)
-    # Every sale's state sent to the edge again, after this pass's releases, repairs and
-    # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
+    # Every sale's state claimed anew and sent to the edge in one message, after this pass's
+    # releases, repairs and rebuilds; the publisher writes where the store differs: bounds
+    # how long a lost update, or one Redis forgot, lasts (docs/edge.md).
     edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
     for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):

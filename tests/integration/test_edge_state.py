@@ -15,7 +15,7 @@ from aws_lambda_powertools import Metrics
 from redis import Redis
 
 from seckill import holds, vouchers
-from seckill.edge.state import EdgeState, Noticed, StateQueue, claim
+from seckill.edge.state import EdgeState, Noticed, StateQueue, Sweep, claim, parse_message
 from seckill.expiry import ExpiryMessage
 from seckill.infra import keys
 from seckill.infra.db import Database
@@ -188,16 +188,22 @@ def test_a_failed_send_gives_the_claim_back(
     metrics.clear_metrics()
 
 
-def test_the_sweep_sends_a_lost_state_again(
+def test_the_sweep_sends_every_state_again_in_one_message(
     voucher: Callable[..., int], scripts: Scripts, sqs: Any, edge_queue: str, edge: StateQueue
 ) -> None:
     voucher_id, other = voucher(stock=3), voucher(stock=2)
     lost = claim(scripts, voucher_id)  # claimed; its message never reached the queue
     assert lost is not None
     assert edge.sweep(scripts, [voucher_id, other, voucher_id]) == 0
-    swept = {s.voucher_id: s for s in sent(sqs, edge_queue)}
-    assert swept[voucher_id] == lost  # the same version: the publisher writes it once
+    (message,) = drain(sqs, edge_queue)
+    sweep = parse_message(message["Body"])
+    assert isinstance(sweep, Sweep)
+    swept = {s.voucher_id: s for s in sweep.states}
     assert set(swept) == {voucher_id, other}
+    # Claimed anew: the same state under a newer version, which beats every older one.
+    assert swept[voucher_id].same_sale(lost)
+    assert swept[voucher_id].v > lost.v
+    assert claim(scripts, voucher_id) is None  # and nothing changed for the notices
 
 
 def test_no_queue_url_asks_nothing_of_redis(voucher: Callable[..., int]) -> None:

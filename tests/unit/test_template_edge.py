@@ -126,7 +126,8 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
     assert sorted(actions(kvs)) == [
         "cloudfront-keyvaluestore:DescribeKeyValueStore",
         "cloudfront-keyvaluestore:GetKey",
-        "cloudfront-keyvaluestore:PutKey",
+        "cloudfront-keyvaluestore:ListKeys",
+        "cloudfront-keyvaluestore:UpdateKeys",
     ]
     assert kvs["Resource"] == {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}
     # No other role may touch the store; the publisher touches nothing else but its queue.
