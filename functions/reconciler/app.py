@@ -1,7 +1,10 @@
 """ReconcilerFunction: runs reconciliation on a schedule (and on demand).
 
 A scheduled event carries no options; an operator may invoke it with
-``{"pendingAgeSeconds": 120, "repair": false}``.
+``{"pendingAgeSeconds": 120, "repair": false}``. Its second schedule, every minute,
+sends ``{"edgeOnly": true}``: only the edge's notice of each sale it looks after, which
+publishes a unit given back unnoticed (a press's release before its 503) within that
+minute, and costs nothing at the store when nothing changed (docs/edge.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue, queue_depth
 from seckill.repair.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
 from seckill.repair.recovery import recover_if_lost
+from seckill.repair.restore import voucher_ids_on_sale
 
 logger = Logger()
 tracer = tracing.tracer()
@@ -42,6 +46,10 @@ db = Database.from_settings(settings)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("edgeOnly") is True:
+        sent = edge.notice_each(scripts, voucher_ids_on_sale(db)) if settings.edge_state_queue_url else 0
+        logger.info("edge noticed", extra={"edgeStatesSent": sent})
+        return {"edgeStatesSent": sent}
     seconds = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds()))
     pending_age = operator_pending_age(seconds, "pendingAgeSeconds")
     result = reconcile(

@@ -19,9 +19,14 @@ from seckill.edge.state import EdgeState, Noticed, StateQueue, Sweep, claim, par
 from seckill.expiry import ExpiryMessage
 from seckill.infra import keys
 from seckill.infra.db import Database
+from seckill.infra.errors import TryAgain
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
+from seckill.messages import OrderQueue
+from seckill.press import orders
 from seckill.press.gate import Gate
+from seckill_local.runner import rate_seconds, scheduled_event
+from seckill_local.sqs import sqs_client
 from seckill_local.template import Template
 from tests.helpers import (
     Hold,
@@ -204,6 +209,48 @@ def test_the_sweep_sends_every_state_again_in_one_message(
     assert swept[voucher_id].same_sale(lost)
     assert swept[voucher_id].v > lost.v
     assert claim(scripts, voucher_id) is None  # and nothing changed for the notices
+
+
+def test_a_unit_a_503_gave_back_reaches_the_edge_at_the_next_edge_notice(
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+    context: Any,
+    voucher: Callable[..., int],
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    gate: Gate,
+    sqs_endpoint: str,
+    sqs: Any,
+    edge_queue: str,
+    edge: StateQueue,
+) -> None:
+    voucher_id = voucher(stock=1)
+    assert edge.notice(scripts, voucher_id) is Noticed.SENT
+    sent(sqs, edge_queue)
+    # The last unit's press: while its send is under way the persister stores the other
+    # orders and publishes the sell-out; then the send is refused, and the press gives
+    # its unit back before answering 503.
+    press_sqs = sqs_client(sqs_endpoint)
+    press_sqs.meta.events.register(
+        "before-call.sqs.SendMessage", lambda **_: edge.notice(scripts, voucher_id), unique_id="sell-out"
+    )
+    with pytest.raises(TryAgain):
+        orders.place_order(
+            gate, redis, OrderQueue(press_sqs, f"{edge_queue}-gone"), db, voucher_id, new_user(), status_ttl=60
+        )
+    (flag,) = sent(sqs, edge_queue)
+    assert flag.sold_out
+    assert redis.get(keys.stock(voucher_id)) == "1"  # on sale again, and the edge says sold out
+    # ReconcilerFunction's edge notice, as its schedule (at least once a minute) invokes it.
+    (schedule,) = [p for p in template.functions["ReconcilerFunction"].schedules if p.get("Input")]
+    every = rate_seconds(template.resolve(schedule["Schedule"], {}) or "")
+    assert every is not None
+    assert every <= 60
+    reconciler = fresh(template, "ReconcilerFunction", monkeypatch, EDGE_STATE_QUEUE_URL=edge_queue)
+    answer = reconciler.lambda_handler(scheduled_event(schedule), context)
+    assert set(answer) == {"edgeStatesSent"}  # nothing reconciled
+    assert [s.sold_out for s in sent(sqs, edge_queue) if s.voucher_id == voucher_id] == [False]
 
 
 def test_no_queue_url_asks_nothing_of_redis(voucher: Callable[..., int]) -> None:

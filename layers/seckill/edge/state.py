@@ -205,9 +205,9 @@ class StateQueue:
             return self._failed(voucher_id, "could not be sent")
         return Noticed.SENT
 
-    def notice_each(self, scripts: Scripts, voucher_ids: Iterable[int]) -> None:
-        for voucher_id in sorted(set(voucher_ids)):
-            self.notice(scripts, voucher_id)
+    def notice_each(self, scripts: Scripts, voucher_ids: Iterable[int]) -> int:
+        """``notice`` for each voucher; how many states this call sent."""
+        return sum(self.notice(scripts, v) is Noticed.SENT for v in sorted(set(voucher_ids)))
 
     def sweep(self, scripts: Scripts, voucher_ids: Iterable[int]) -> int:
         """Every voucher's state claimed anew, changed or not, and sent in one message
