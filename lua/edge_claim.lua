@@ -4,6 +4,7 @@
 -- ARGV[1] voucher id, ARGV[2] '1' to claim the state under a new version even when it has
 -- not changed (the reconciler's sweep: a version above every one handed out before, so the
 -- publisher can tell the store's entry older than this truth), else ''
+-- ARGV[3] how long the hash outlives the sale's end, in ms (a stopped sale's: from now)
 -- Returns the message for the queue, the KVS value plus "voucherId", when this call
 -- claimed a state; nil when nothing changed (and ARGV[2] is ''), or the gate does not
 -- sell the voucher (missing, or provisional: its creation has not committed).
@@ -30,4 +31,6 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local version = math.max(tonumber(claimed[1] or '0') + 1, now_ms)
 redis.call('HSET', KEYS[3], 'v', string.format('%.0f', version), 'state', state)
+-- Long after its end nothing claims the sale again: the hash goes on its own.
+redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', (stopped and now_ms or end_ms) + tonumber(ARGV[3])))
 return string.format('{"v":%.0f,%s,"voucherId":%s}', version, state, ARGV[1])

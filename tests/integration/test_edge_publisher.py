@@ -7,6 +7,7 @@ repairs when Redis forgot what it had published."""
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from seckill.edge.publisher import Publisher, StoreBusy, kvs_client
-from seckill.edge.state import EdgeState, Noticed, StateQueue
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, Noticed, StateQueue
 from seckill.infra import keys
 from seckill.infra.lua_scripts import Scripts
 from seckill.press.gate import Gate, Reservation
@@ -302,3 +303,85 @@ def test_a_sweep_overtaken_by_a_change_leaves_the_change(
     states.sqs.send_message(QueueUrl=states.queue_url, MessageBody=swept["Body"])  # it arrives late
     deliver(states, publisher_fn, context)
     assert not entry(kvs, edge, voucher_id).sold_out
+
+
+def calls(client: Any) -> list[str]:
+    """The names of the store's API calls the client makes from now on (each is billed)."""
+    made: list[str] = []
+    client.meta.events.register(
+        "before-call.cloudfront-keyvaluestore", lambda model, **_: made.append(model.name), unique_id="count"
+    )
+    return made
+
+
+def test_a_sweep_that_finds_the_store_right_costs_one_call(
+    sold_out: tuple[int, Reservation, dict[str, str]],
+    make_voucher: Callable[..., int],
+    redis: Any,
+    scripts: Scripts,
+    states: StateQueue,
+    publisher_fn: ModuleType,
+    edge: EdgeServer,
+    kvs: Any,
+    context: Any,
+) -> None:
+    voucher_id, _, _ = sold_out
+    other = make_voucher(stock=5)
+    try:
+        made = calls(publisher_fn.publisher.kvs)
+        assert states.notice(scripts, other) is Noticed.SENT
+        deliver(states, publisher_fn, context)
+        assert made == ["DescribeKeyValueStore", "GetKey", "UpdateKeys"]  # a change
+        before = {v: stored(kvs, edge.kvs_arn, str(v)) for v in (voucher_id, other)}
+        made.clear()
+        assert states.sweep(scripts, [voucher_id, other]) == 0
+        deliver(states, publisher_fn, context)
+        assert made == ["ListKeys"]  # one page holds every entry; nothing to write
+        assert {v: stored(kvs, edge.kvs_arn, str(v)) for v in (voucher_id, other)} == before
+    finally:
+        redis.delete(keys.edge(other))
+
+
+def test_a_sweep_deletes_the_entries_of_sales_long_ended_and_nothing_else(
+    sold_out: tuple[int, Reservation, dict[str, str]],
+    scripts: Scripts,
+    states: StateQueue,
+    publisher_fn: ModuleType,
+    edge: EdgeServer,
+    kvs: Any,
+    other: Any,
+    context: Any,
+) -> None:
+    voucher_id, _, _ = sold_out
+    now_ms = int(time.time() * 1000)
+    day = int(KEPT_AFTER_END.total_seconds() * 1000)
+    hour = 3_600_000
+    ended = EdgeState(
+        900_001,
+        v=now_ms - day - 2 * hour,
+        begin=now_ms - day - 3 * hour,
+        end=now_ms - day - hour,
+        sold_out=True,
+        stopped=False,
+    )
+    entries = {
+        "900001": ended.value(),  # ended a day and an hour ago: deleted
+        "900002": replace(ended, voucher_id=900_002, v=now_ms - day - hour, begin=0, end=0, stopped=True).value(),
+        "900003": replace(ended, voucher_id=900_003, end=now_ms - hour).value(),  # an hour ago: kept
+        "900004": replace(ended, voucher_id=900_004, v=now_ms - hour, begin=0, end=0, stopped=True).value(),
+        "900005": "maintenance",  # no state: nothing tells when its sale ended
+        "pass-keys": '{"end": 1}',  # not a voucher's
+        "0900006": ended.value(),  # not a voucher id as the publisher writes one
+    }
+    for key, value in entries.items():
+        write(other, edge.kvs_arn, key, value)
+    assert states.sweep(scripts, [voucher_id]) == 0
+    deliver(states, publisher_fn, context)
+    left = publisher_fn.publisher.list_keys()
+    assert set(entries) - set(left) == {"900001", "900002"}
+    assert str(voucher_id) in left
+    # Changes alone delete nothing: only a sweep knows which sales are looked after.
+    write(other, edge.kvs_arn, "900001", ended.value())
+    assert states.notice(scripts, voucher_id) is Noticed.UNCHANGED
+    assert Publisher(kvs, edge.kvs_arn).publish([replace(ended, voucher_id=900_007)]).deleted == []
+    assert "900001" in publisher_fn.publisher.list_keys()

@@ -15,7 +15,7 @@ from aws_lambda_powertools import Metrics
 from redis import Redis
 
 from seckill import holds, vouchers
-from seckill.edge.state import EdgeState, Noticed, StateQueue, Sweep, claim, parse_message
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, Noticed, StateQueue, Sweep, claim, parse_message
 from seckill.expiry import ExpiryMessage
 from seckill.infra import keys
 from seckill.infra.db import Database
@@ -86,6 +86,27 @@ def test_window_on_creation(voucher: Callable[..., int], redis: Any, scripts: Sc
     assert (state.sold_out, state.stopped) == (False, False)
     assert int(redis.hget(keys.edge(voucher_id), "v")) == state.v
     assert claim(scripts, voucher_id) is None  # nothing changed since
+
+
+def test_the_record_goes_long_after_the_sale_ends(voucher: Callable[..., int], redis: Any, scripts: Scripts) -> None:
+    end = datetime.now(UTC) + timedelta(minutes=5)
+    voucher_id = voucher(stock=3, begin=end - timedelta(hours=1), end=end)
+    assert claim(scripts, voucher_id) is not None
+    seconds, micros = redis.time()
+    expires_at = seconds * 1000 + micros // 1000 + redis.pttl(keys.edge(voucher_id))
+    assert abs(expires_at - to_ms(end + KEPT_AFTER_END)) < 5_000
+
+
+def test_a_stopped_sale_s_record_goes_long_after_the_stop(
+    voucher: Callable[..., int], db: Database, redis: Any, scripts: Scripts
+) -> None:
+    voucher_id = voucher(stock=3, end=datetime.now(UTC) + timedelta(days=30))
+    vouchers.stop_seckill_voucher(db, redis, voucher_id)
+    stopped = claim(scripts, voucher_id)
+    assert stopped is not None
+    assert stopped.stopped
+    kept = redis.pttl(keys.edge(voucher_id))
+    assert 0 <= KEPT_AFTER_END.total_seconds() * 1000 - kept < 5_000
 
 
 def test_one_claim_per_change_under_concurrent_claimers(

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from seckill.edge.state import EdgeState, MalformedState, Sweep, parse_message
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, MalformedState, Sweep, parse_message
+from seckill.repair.restore import ENDED_WITHIN
 
 STATE = EdgeState(
     voucher_id=42, v=1_764_600_000_000, begin=1_764_600_000_000, end=1_764_603_600_000, sold_out=True, stopped=False
@@ -87,3 +88,8 @@ def test_the_same_sale_whatever_the_version() -> None:
     assert STATE.same_sale(replace(STATE, v=STATE.v + 1))
     assert not STATE.same_sale(replace(STATE, sold_out=False))
     assert not STATE.same_sale(replace(STATE, voucher_id=43))
+
+
+def test_the_edge_keeps_a_state_while_reconciliation_sweeps_it() -> None:
+    """Else each sweep would write back what the one before deleted."""
+    assert KEPT_AFTER_END >= ENDED_WITHIN

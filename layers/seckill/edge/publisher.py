@@ -4,8 +4,9 @@ The store takes a write only with its current ETag (If-Match), which any write t
 key changes: two publishers racing make one of them fail with ConflictException, and
 it reads again and retries. A state is written only over an older version, so
 messages may arrive in any order and any number of times; a sweep's state only where
-the store holds another state as well (docs/edge.md). Every call to the store's API is
-billed, so one batch of messages costs one read of the store and one write.
+the store holds another state as well, and a sweep deletes the entries of sales long
+ended (docs/edge.md). Every call to the store's API is billed, so one batch of messages
+costs one read of the store and, if anything is to change, one write.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from seckill.edge.state import EdgeState, MalformedState, Sweep
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, MalformedState, Sweep
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Published:
 
     written: list[int] = field(default_factory=list)
     stale: int = 0
+    deleted: list[str] = field(default_factory=list)  # the keys of sales long ended
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,25 @@ def _candidates(messages: Iterable[EdgeState | Sweep]) -> dict[int, _Candidate]:
             if held is None or state.v > held.state.v:
                 newest[state.voucher_id] = _Candidate(state, swept)
     return newest
+
+
+def _voucher_id(key: str) -> int | None:
+    """The voucher a key of the store is the entry of; None for a key of anything else."""
+    return int(key) if key.isascii() and key.isdigit() and key == str(int(key)) and int(key) > 0 else None
+
+
+def _long_ended(key: str, value: str, now_ms: float) -> bool:
+    """An entry of a sale that ended (or was stopped: its version is at least the Redis
+    clock when the stop was claimed) over ``KEPT_AFTER_END`` ago. Anything else is kept,
+    whatever it is."""
+    voucher_id = _voucher_id(key)
+    if voucher_id is None:
+        return False
+    try:
+        state = EdgeState.from_value(voucher_id, value)
+    except MalformedState:
+        return False
+    return (state.v if state.stopped else state.end) + KEPT_AFTER_END.total_seconds() * 1000 < now_ms
 
 
 def _stored_state(voucher_id: int, value: str | None) -> EdgeState | None:
@@ -98,33 +119,36 @@ class Publisher:
         *,
         attempts: int = ATTEMPTS,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.kvs = kvs
         self.kvs_arn = kvs_arn
         self.attempts = attempts
         self.sleep = sleep
+        self.clock = clock
 
     def publish(self, messages: Sequence[EdgeState | Sweep]) -> Published:
         """Write what the messages hold that the store lacks, in one UpdateKeys (per
-        ``PAGE`` keys). A batch of changes reads the ETag first (it mostly writes); a
-        sweep alone reads the store first, and takes the ETag only when it has something
-        to write, then reads again under it."""
+        ``PAGE`` keys); with a sweep, delete the entries of sales long ended too. A batch
+        of changes reads the ETag first (it mostly writes); a sweep alone reads the store
+        first, and takes the ETag only when it has something to write, then reads again
+        under it."""
         candidates = _candidates(messages)
         if not candidates:
             return Published()
-        sweep_only = all(isinstance(m, Sweep) for m in messages)
-        etag, count = (None, None) if sweep_only else self._describe()
+        sweeping = any(isinstance(m, Sweep) for m in messages)
+        etag, count = (None, None) if all(isinstance(m, Sweep) for m in messages) else self._describe()
         attempt = 0
         while True:
-            stored = self._read(candidates, count)
-            result, puts = self._plan(candidates, stored)
-            if not puts:
+            stored = self._read(candidates, None if sweeping else count)
+            result, puts = self._plan(candidates, stored, sweeping)
+            if not puts and not result.deleted:
                 return result
             if etag is None:  # read before the ETag: read again under it before writing
                 etag, count = self._describe()
                 continue
             try:
-                self._update(etag, puts)
+                self._update(etag, puts, result.deleted)
                 return result
             except ClientError as error:
                 if _code(error) != "ConflictException":
@@ -142,12 +166,12 @@ class Publisher:
         described = self.kvs.describe_key_value_store(KvsARN=self.kvs_arn)
         return described["ETag"], int(described.get("ItemCount", 0))
 
-    def _read(self, candidates: dict[int, _Candidate], count: int | None) -> dict[int, str]:
-        """The stored values of the candidates' vouchers: one GetKey each, or the whole
-        store by ListKeys pages when that takes fewer calls (or the size is unknown)."""
+    def _read(self, candidates: dict[int, _Candidate], count: int | None) -> dict[str, str]:
+        """The stored values by key: of the candidates' vouchers, one GetKey each, when
+        that takes fewer calls than ListKeys' pages; else every key of the store."""
         if count is not None and len(candidates) <= math.ceil(count / PAGE):
-            return {v: value for v in candidates if (value := self._get(v)) is not None}
-        return {int(k): value for k, value in self.list_keys().items() if k.isdigit() and int(k) in candidates}
+            return {str(v): value for v in candidates if (value := self._get(v)) is not None}
+        return self.list_keys()
 
     def _get(self, voucher_id: int) -> str | None:
         try:
@@ -169,10 +193,17 @@ class Publisher:
                 return found
             token = {"NextToken": page["NextToken"]}
 
-    def _plan(self, candidates: dict[int, _Candidate], stored: dict[int, str]) -> tuple[Published, list[EdgeState]]:
+    def _plan(
+        self, candidates: dict[int, _Candidate], stored: dict[str, str], sweeping: bool
+    ) -> tuple[Published, list[EdgeState]]:
         result, puts = Published(), []
+        if sweeping:
+            now_ms = self.clock() * 1000
+            result.deleted = sorted(
+                k for k, value in stored.items() if _voucher_id(k) not in candidates and _long_ended(k, value, now_ms)
+            )
         for voucher_id, candidate in sorted(candidates.items()):
-            held = _stored_state(voucher_id, stored.get(voucher_id))
+            held = _stored_state(voucher_id, stored.get(str(voucher_id)))
             state = candidate.state
             if held is not None and (held.v >= state.v or (candidate.swept and held.same_sale(state))):
                 result.stale += 1
@@ -181,11 +212,15 @@ class Publisher:
             result.written.append(voucher_id)
         return result, puts
 
-    def _update(self, etag: str, puts: list[EdgeState]) -> None:
+    def _update(self, etag: str, puts: list[EdgeState], deletes: list[str]) -> None:
         """One UpdateKeys per ``PAGE`` keys, each with the ETag the one before returned."""
-        for start in range(0, len(puts), PAGE):
-            chunk = puts[start : start + PAGE]
+        items: list[tuple[str, dict[str, str]]] = [("Puts", {"Key": s.key, "Value": s.value()}) for s in puts]
+        items += [("Deletes", {"Key": key}) for key in deletes]
+        for start in range(0, len(items), PAGE):
+            chunk = items[start : start + PAGE]
             answer = self.kvs.update_keys(
-                KvsARN=self.kvs_arn, IfMatch=etag, Puts=[{"Key": s.key, "Value": s.value()} for s in chunk]
+                KvsARN=self.kvs_arn,
+                IfMatch=etag,
+                **{kind: [item for k, item in chunk if k == kind] for kind in ("Puts", "Deletes")},
             )
             etag = answer["ETag"]

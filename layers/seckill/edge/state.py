@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,10 @@ _MESSAGE_KEYS = {*_VALUE_KEYS, "voucherId"}
 _MAX_SAFE = 2**53 - 1
 # States per sweep message: about 110 bytes each, well inside SQS's 256 KiB.
 SWEEP_MESSAGE_STATES = 1000
+# How long after its sale ended (or was stopped) a voucher's state is kept, in Redis and
+# in the store: as long as reconciliation looks after the sale and its sweep keeps the
+# state right (seckill.repair.restore.ENDED_WITHIN); then both are deleted.
+KEPT_AFTER_END = timedelta(days=1)
 
 
 class MalformedState(ValueError):
@@ -155,7 +160,7 @@ def claim(scripts: Scripts, voucher_id: int, *, again: bool = False) -> EdgeStat
     the state even when unchanged, under a new version all the same (the sweep's)."""
     claimed = scripts.edge_claim(
         keys=[keys.stock(voucher_id), keys.window(voucher_id), keys.edge(voucher_id)],
-        args=[voucher_id, "1" if again else ""],
+        args=[voucher_id, "1" if again else "", int(KEPT_AFTER_END.total_seconds() * 1000)],
     )
     return None if claimed is None else EdgeState.from_message(claimed)
 
