@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pymysql
+from redis.exceptions import RedisError
 from rich.progress import Progress
 
 from seckill.expiry import ExpiryMessage, ExpiryQueue
@@ -388,15 +389,18 @@ def forget_edge_records(sale: LocalSale, log: Path, stop: threading.Event) -> No
     key, sold_out = keys.edge(sale.voucher_id), _store_sold_out(sale)
     backup: dict[str, str] = {}
     while not stop.wait(EDGE_FAULT_POLL):
-        if not backup:
-            record_now = sale.redis.hgetall(key)
-            if sold_out() is False and '"soldOut":false' in record_now.get("state", ""):
-                backup = record_now
-        elif sold_out():
-            sale.redis.delete(key)
-            sale.redis.hset(key, mapping=backup)
-            record(log, "redis-forgot-edge-records", version=int(backup["v"]))
-            return
+        try:
+            if not backup:
+                record_now = sale.redis.hgetall(key)
+                if sold_out() is False and '"soldOut":false' in record_now.get("state", ""):
+                    backup = record_now
+            elif sold_out():
+                sale.redis.delete(key)
+                sale.redis.hset(key, mapping=backup)
+                record(log, "redis-forgot-edge-records", version=int(backup["v"]))
+                return
+        except RedisError:
+            continue  # Redis restarted in a chaos run
 
 
 def fail_send_after_sellout(sale: LocalSale, log: Path, stop: threading.Event, user_id: int) -> None:
@@ -407,8 +411,10 @@ def fail_send_after_sellout(sale: LocalSale, log: Path, stop: threading.Event, u
     notice does, docs/edge.md)."""
     sold_out = _store_sold_out(sale)
     stalled = sqs_client(sale.stack.sqs_endpoint)
+    sent: list[bool] = []
 
     def stall(**_: object) -> None:
+        sent.append(True)
         while not stop.is_set() and not sold_out():
             time.sleep(EDGE_FAULT_POLL)
 
@@ -417,15 +423,16 @@ def fail_send_after_sellout(sale: LocalSale, log: Path, stop: threading.Event, u
     refused = OrderQueue(stalled, f"{sale.queue_url}-refused")
     gate = Gate(sale.redis, sale.scripts, refusal_cache_seconds=0)
     while not stop.wait(EDGE_FAULT_POLL):
-        if sold_out() is not False or int(sale.redis.get(keys.stock(sale.voucher_id)) or 0) <= 0:
-            continue
         try:
-            placed = place_order(gate, sale.redis, refused, sale.db, sale.voucher_id, user_id, status_ttl=60)
+            if sold_out() is not False or int(sale.redis.get(keys.stock(sale.voucher_id)) or 0) <= 0:
+                continue
+            place_order(gate, sale.redis, refused, sale.db, sale.voucher_id, user_id, status_ttl=60)
         except TryAgain:
-            record(log, "send-failed-after-sell-out", user=user_id)
-            return
-        if isinstance(placed, int):  # cannot happen: the send is refused
-            return
+            if sent:  # else Redis was out of reach before the send: try again later
+                record(log, "send-failed-after-sell-out", user=user_id)
+                return
+        except RedisError:
+            continue  # Redis restarted in a chaos run
 
 
 @contextlib.contextmanager
