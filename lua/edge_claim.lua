@@ -1,11 +1,13 @@
 -- Elects the one publisher of a change of a voucher's state at the edge (docs/edge.md).
 -- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:window:{v}, KEYS[3] seckill:edge:{v} (hash:
 -- v the last version handed out, state the last state claimed)
--- ARGV[1] voucher id, ARGV[2] '1' to get the claimed state back even when it has not
--- changed (the reconciler's sweep sends it again), else ''
+-- ARGV[1] voucher id, ARGV[2] '1' to claim the state under a new version even when it has
+-- not changed (the reconciler's sweep: a version above every one handed out before, so the
+-- publisher can tell the store's entry older than this truth), else ''
+-- ARGV[3] how long the hash outlives the sale's end, in ms (a stopped sale's: from now)
 -- Returns the message for the queue, the KVS value plus "voucherId", when this call
--- claimed a new state (or ARGV[2] asked for it); nil when nothing changed, or the gate
--- does not sell the voucher (missing, or provisional: its creation has not committed).
+-- claimed a state; nil when nothing changed (and ARGV[2] is ''), or the gate does not
+-- sell the voucher (missing, or provisional: its creation has not committed).
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
 local window = redis.call('HMGET', KEYS[2], 'begin', 'end', 'provisional')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
@@ -15,21 +17,20 @@ end
 
 -- Built by hand, not by cjson: the text is compared with the stored one, so its keys
 -- must always come in the same order.
+local stopped = begin_ms == 0 and end_ms == 0
 local state = string.format(
   '"begin":%.0f,"end":%.0f,"soldOut":%s,"stopped":%s',
-  begin_ms, end_ms, tostring(stock <= 0), tostring(begin_ms == 0 and end_ms == 0))
+  begin_ms, end_ms, tostring(stock <= 0), tostring(stopped))
 local claimed = redis.call('HMGET', KEYS[3], 'v', 'state')
-local version = tonumber(claimed[1] or '')
-if claimed[2] == state then
-  if ARGV[2] ~= '1' then
-    return nil
-  end
-else
-  -- At least the Redis clock's milliseconds: a version handed out before Redis lost
-  -- this hash is smaller, so the KVS still takes the new one.
-  local t = redis.call('TIME')
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  version = math.max((version or 0) + 1, now_ms)
-  redis.call('HSET', KEYS[3], 'v', string.format('%.0f', version), 'state', state)
+if claimed[2] == state and ARGV[2] ~= '1' then
+  return nil
 end
+-- At least the Redis clock's milliseconds: a version handed out before Redis lost this
+-- hash (or rewound it) is smaller, so the KVS still takes the new one.
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local version = math.max(tonumber(claimed[1] or '0') + 1, now_ms)
+redis.call('HSET', KEYS[3], 'v', string.format('%.0f', version), 'state', state)
+-- Long after its end nothing claims the sale again: the hash goes on its own.
+redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', (stopped and now_ms or end_ms) + tonumber(ARGV[3])))
 return string.format('{"v":%.0f,%s,"voucherId":%s}', version, state, ARGV[1])

@@ -13,14 +13,16 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
 
+from seckill.edge.state import StateQueue
 from seckill.infra import keys
+from seckill.infra.lua_scripts import Scripts
 from seckill.infra.results import fail
 from seckill.press.gate import ENDED, NOT_STARTED, REFUSALS, SOLD_OUT
 from seckill_demo.load import Press
@@ -38,6 +40,13 @@ AFTER_FLAG_TOLERANCE = 0.001
 # through EdgeStateQueue, the feeder's next receive (a 1 s long poll at most) and one PutKey
 # (docs/edge.md has a run's clear lag).
 RETURN_CLEARS_WITHIN = 1.0
+# ReconcilerFunction's two schedules at a pace that fits a short sale: the edge notice
+# (EdgeNoticeSchedule, a minute in AWS) and the sweep (ReconcileSchedule, 5 minutes).
+EDGE_NOTICE_EVERY = 1.0
+EDGE_SWEEP_EVERY = 2.0
+# The documented bound (docs/edge.md) at the demo's pace: whatever was lost, a unit back
+# on sale is refused at the edge for at most one sweep interval plus the way to the store.
+REFUSED_ON_SALE_WITHIN = EDGE_SWEEP_EVERY + RETURN_CLEARS_WITHIN
 # What the edge may answer: the gate's refusals that hold for everyone.
 EDGE_CODES = {REFUSALS[outcome].code for outcome in (NOT_STARTED, ENDED, SOLD_OUT)}
 
@@ -163,6 +172,65 @@ class EdgeWatch:
                 after = s.stock
                 break
         return before, after
+
+
+@contextlib.contextmanager
+def edge_schedule(states: StateQueue, scripts: Scripts, redis: Any, voucher_id: int) -> Iterator[None]:
+    """ReconcilerFunction's edge work on its two schedules, for the sale's voucher, in a
+    thread: the edge notice every ``EDGE_NOTICE_EVERY`` and the sweep every ``EDGE_SWEEP_EVERY``."""
+    stop = threading.Event()
+
+    def run() -> None:
+        swept = time.monotonic()
+        while not stop.wait(EDGE_NOTICE_EVERY):
+            try:
+                redis.ping()
+            except RedisError:
+                continue  # restarted in a chaos run: the function's run would fail as well, and log it
+            states.notice_each(scripts, [voucher_id])
+            if time.monotonic() - swept >= EDGE_SWEEP_EVERY:
+                states.sweep(scripts, [voucher_id])
+                swept = time.monotonic()
+
+    thread = threading.Thread(target=run, name="edge-schedule", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def refused_on_sale(watch: EdgeWatch) -> list[tuple[float, float]]:
+    """Each stretch (start, seconds) of samples in which Redis stock was above 0 (units on
+    sale) while the store said sold out (the edge refused every press): from the first
+    such sample to the first that was not, unreadable stock skipped."""
+    stretches: list[tuple[float, float]] = []
+    start = None
+    for s in watch.samples:
+        if s.stock is None:
+            continue
+        if s.stock > 0 and s.sold_out:
+            start = s.at if start is None else start
+        elif start is not None:
+            stretches.append((start, s.at - start))
+            start = None
+    if start is not None:
+        stretches.append((start, watch.samples[-1].at - start))
+    return stretches
+
+
+def check_refused_on_sale(watch: EdgeWatch, within: float = REFUSED_ON_SALE_WITHIN) -> Check:
+    """No unit refused at the edge for longer than the documented bound while it was on sale."""
+    stretches = refused_on_sale(watch)
+    longest = max(stretches, key=lambda s: s[1], default=None)
+    return Check(
+        "no unit refused at the edge longer than the bound while on sale",
+        longest is None or longest[1] <= within,
+        f"{len(stretches)} stretches of stock > 0 with the store saying sold out, the longest "
+        + ("none" if longest is None else f"{longest[1] * 1000:,.0f} ms at {longest[0]:.2f} s")
+        + f"; the bound: {within:.0f} s (one sweep interval of {EDGE_SWEEP_EVERY:.0f} s and the way to the store)",
+    )
 
 
 def answered_at(press: Press, started: float) -> float:

@@ -121,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
         "--chaos",
         action="store_true",
         help="inject every fault: SQS sends refused, API crashes after the gate, persister crashes "
-        "mid-batch, MySQL connections killed, malformed messages, Redis restarted empty mid-sale",
+        "mid-batch, MySQL connections killed, malformed messages, Redis restarted empty mid-sale; with holds "
+        "and the edge also Redis forgetting its edge record and a press's send refused after a sell-out",
     )
     p.add_argument(
         "--seed",

@@ -34,13 +34,16 @@ from seckill.repair.reconcile import reconcile
 from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
-from seckill_demo.chaos import MALFORMED, RECONCILE_EVERY, Chaos
+from seckill_demo.chaos import MALFORMED, Chaos, edge_faults, edge_faults_table
 from seckill_demo.edge import (
+    REFUSED_ON_SALE_WITHIN,
     RETURN_CLEARS_WITHIN,
     EdgeWatch,
     check_edge,
+    check_refused_on_sale,
     check_server,
     edge_figures,
+    edge_schedule,
     plot_edge,
     since,
 )
@@ -301,6 +304,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             watch = stack.enter_context(
                 EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
             )
+            stack.enter_context(edge_schedule(sale.edge_states, sale.scripts, sale.redis, sale.voucher_id))
         reconciled: Counter[str] = Counter()
         run = HoldsRun(sale, sampler) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
@@ -313,6 +317,8 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         if run is not None and sale.chaos is not None:
             # From here to the end: Redis answers lost, those of the gives-back among them.
             stack.enter_context(sale.chaos.losing_replies())
+            if edge is not None:  # and, in the waves, Redis forgetting its edge record, a 503 after a sell-out
+                stack.enter_context(edge_faults(sale, sale.chaos.log, args.first_user + args.users + 10**6))
         # A press that resumed an earlier press's order is answered with the same id.
         accepted = len(promised(presses))
         drained = sale.wait_drained(progress, "draining the queue")
@@ -334,9 +340,13 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     if edge is not None and watch is not None:
         stats = since(edge.stats(), counted)
         edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
-        # A chaos run gives units back unnoticed (a press's release before its 503): its sweep clears them.
-        within = RETURN_CLEARS_WITHIN + (RECONCILE_EVERY if sale.chaos is not None else 0)
-        edge_checks = [*check_edge(presses, watch, edge_report, len(rush), within), check_server(presses, stats)]
+        # A chaos run gives units back unnoticed (a 503's release, Redis forgetting): the sweep clears them.
+        within = REFUSED_ON_SALE_WITHIN if sale.chaos is not None else RETURN_CLEARS_WITHIN
+        edge_checks = [
+            *check_edge(presses, watch, edge_report, len(rush), within),
+            check_refused_on_sale(watch),
+            check_server(presses, stats),
+        ]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
         edge_plot = plot_edge(
             presses, watch, edge_report, path, f"voucher {sale.voucher_id}: presses at the edge and at the function"
@@ -398,6 +408,9 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         if sale.chaos is not None:
             answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)
             report.faults.extend(sale.chaos.holds_faults(run.holds, answers))
+            if edge is not None:
+                refused = next(c for c in edge_checks if c.name.startswith("no unit refused")).detail
+                report.faults.extend(edge_faults_table(sale.chaos.log, f"see checks: {refused}"))
         report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
         report.holds = run.holds.figures(held, args.stock)
     return finish(report, args)

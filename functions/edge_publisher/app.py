@@ -1,9 +1,10 @@
 """EdgePublisherFunction: EdgeStateQueue's consumer, outside the VPC (docs/edge.md).
 
-Each record is one sale's state, written to the KeyValueStore unless the store holds
-that version or a newer one (seckill.edge.publisher). A malformed record, and one
-whose write failed, is a batch item failure: SQS retries it, and after maxReceiveCount
-moves it to EdgeStateDeadLetterQueue; the reconciler's sweep sends the state again.
+Each record is one sale's state, or the reconciler's sweep of every sale's state. The
+batch is written in one go (seckill.edge.publisher): one read of the store, one write
+of what it lacks. A malformed record is a batch item failure, and so is every record
+of a batch whose write failed: SQS retries them, and after maxReceiveCount moves them
+to EdgeStateDeadLetterQueue; the reconciler's next sweep sends every state again.
 """
 
 from __future__ import annotations
@@ -13,35 +14,41 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.edge.publisher import Published, Publisher, kvs_client
-from seckill.edge.state import EdgeState
+from seckill.edge.publisher import Publisher, kvs_client
+from seckill.edge.state import EdgeState, MalformedState, Sweep, parse_message
 from seckill.infra.config import Settings
 
 logger = Logger()
 metrics = Metrics(namespace="Seckill")
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 settings = Settings.from_env()
 publisher = Publisher(kvs_client(), settings.edge_kvs_arn)
-
-COUNTED = {Published.WRITTEN: "EdgeStatesWritten", Published.STALE: "EdgeStatesStale"}
-
-
-def handle(record: SQSRecord) -> None:
-    """One state; raises to make the record a batch item failure."""
-    state = EdgeState.from_message(record.body)
-    published = publisher.publish(state)
-    metrics.add_metric(name=COUNTED[published], unit=MetricUnit.Count, value=1)
-    logger.info("edge state", extra={"voucherId": state.voucher_id, "v": state.v, "published": published.value})
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(event=event, record_handler=handle, processor=processor)
+    failed: list[str] = []
+    messages: list[EdgeState | Sweep] = []
+    ids: list[str] = []
+    for record in event.get("Records", []):
+        try:
+            messages.append(parse_message(record["body"]))
+            ids.append(record["messageId"])
+        except MalformedState:
+            logger.exception("not an edge state", extra={"messageId": record["messageId"]})
+            failed.append(record["messageId"])
+    try:
+        published = publisher.publish(messages)
+    except Exception:
+        logger.exception("the store was not written", extra={"records": len(ids)})
+        failed.extend(ids)
+    else:
+        metrics.add_metric(name="EdgeStatesWritten", unit=MetricUnit.Count, value=len(published.written))
+        metrics.add_metric(name="EdgeStatesStale", unit=MetricUnit.Count, value=published.stale)
+        logger.info("edge states", extra={"written": published.written, "stale": published.stale})
+    return {"batchItemFailures": [{"itemIdentifier": i} for i in failed]}

@@ -1,7 +1,10 @@
 """ReconcilerFunction: runs reconciliation on a schedule (and on demand).
 
 A scheduled event carries no options; an operator may invoke it with
-``{"pendingAgeSeconds": 120, "repair": false}``.
+``{"pendingAgeSeconds": 120, "repair": false}``. Its second schedule, every minute,
+sends ``{"edgeOnly": true}``: only the edge's notice of each sale it looks after, which
+publishes a unit given back unnoticed (a press's release before its 503) within that
+minute, and costs nothing at the store when nothing changed (docs/edge.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue, queue_depth
 from seckill.repair.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile
 from seckill.repair.recovery import recover_if_lost
+from seckill.repair.restore import voucher_ids_on_sale
 
 logger = Logger()
 tracer = tracing.tracer()
@@ -42,6 +46,10 @@ db = Database.from_settings(settings)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("edgeOnly") is True:
+        sent = edge.notice_each(scripts, voucher_ids_on_sale(db)) if settings.edge_state_queue_url else 0
+        logger.info("edge noticed", extra={"edgeStatesSent": sent})
+        return {"edgeStatesSent": sent}
     seconds = float(event.get("pendingAgeSeconds", DEFAULT_PENDING_AGE.total_seconds()))
     pending_age = operator_pending_age(seconds, "pendingAgeSeconds")
     result = reconcile(
@@ -58,8 +66,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # gate answers 503 for them meanwhile, and the next pass reconciles them.
     wait = max(0.0, context.get_remaining_time_in_millis() / 1000 - 20)
     recovery = recover_if_lost(db, redis, scripts, sqs, settings, wait=wait, missing=result.totals()["missing"] > 0)
-    # Every sale's state sent to the edge again, after this pass's releases, repairs and
-    # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
+    # Every sale's state claimed anew and sent to the edge in one message, after this pass's
+    # releases, repairs and rebuilds; the publisher writes where the store differs: bounds
+    # how long a lost update, or one Redis forgot, lasts (docs/edge.md).
     edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
     for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):

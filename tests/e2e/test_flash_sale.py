@@ -255,3 +255,8 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
     assert faults["expiry consumer down past every deadline of a wave"] == 1
     assert faults["Redis lost its data while holds were outstanding"] == 1
     assert faults["expiry messages late and duplicated"] > 0
+    # The edge's faults (injected when the waves sell out again after units came back), and its bound.
+    assert {"Redis forgot its edge record (restored from before the sell-out)",
+            "a press's send refused after the sell-out was published"} <= set(faults)  # fmt: skip
+    checks = {c["name"]: c["ok"] for c in report["checks"]}
+    assert checks["no unit refused at the edge longer than the bound while on sale"] is True

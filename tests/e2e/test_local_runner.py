@@ -828,10 +828,11 @@ def test_seckill_local_schedule_once_runs_the_reconciler(
     finally:
         delete_queues_with_prefix(sqs, prefix)
     assert done.returncode == 0, done.stderr
-    (line,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert line["function"] == "ReconcilerFunction"
-    assert line["result"]["queueDrained"] is True
-    assert set(line["result"]["totals"]) >= {"vouchers", "requeued", "released", "repaired"}
+    reconciled, edge_noticed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert reconciled["function"] == edge_noticed["function"] == "ReconcilerFunction"
+    assert reconciled["result"]["queueDrained"] is True
+    assert set(reconciled["result"]["totals"]) >= {"vouchers", "requeued", "released", "repaired"}
+    assert edge_noticed["result"] == {"edgeStatesSent": 0}  # its second schedule: the edge's notice
 
 
 def test_seckill_local_says_when_sqs_is_unreachable(env_vars_file: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from seckill.edge.state import EdgeState
+from seckill.edge.state import Sweep, parse_message
 from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
@@ -30,7 +30,8 @@ def service_env(creds: Credentials, **extra: str) -> dict[str, str]:
 def edge_states(sqs: Any, queue_url: str, voucher_id: int) -> list[tuple[bool, bool]]:
     """(soldOut, stopped) of each state EdgeStateQueue holds for the voucher (the command
     sends those of every voucher it saw: the suite's others too)."""
-    states = [EdgeState.from_message(m["Body"]) for m in drain(sqs, queue_url)]
+    messages = [parse_message(m["Body"]) for m in drain(sqs, queue_url)]
+    states = [s for m in messages for s in (m.states if isinstance(m, Sweep) else (m,))]
     return [(s.sold_out, s.stopped) for s in states if s.voucher_id == voucher_id]
 
 

@@ -153,9 +153,9 @@ def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any
         redis.delete(counter)
     edge = keys.edge(voucher_id)
     try:
-        claimed = json.loads(run("edge_claim", [stock, window, edge], voucher_id, ""))
+        claimed = json.loads(run("edge_claim", [stock, window, edge], voucher_id, "", 60_000))
         assert (claimed["voucherId"], claimed["soldOut"], claimed["stopped"]) == (voucher_id, False, False)
-        assert run("edge_claim", [stock, window, edge], voucher_id, "") is None  # unchanged
+        assert run("edge_claim", [stock, window, edge], voucher_id, "", 60_000) is None  # unchanged
         assert run("edge_unclaim", [edge], claimed["v"]) == 1
         assert run("edge_unclaim", [edge], claimed["v"] + 1) == 0  # not this claim's
     finally:

@@ -15,13 +15,18 @@ from aws_lambda_powertools import Metrics
 from redis import Redis
 
 from seckill import holds, vouchers
-from seckill.edge.state import EdgeState, Noticed, StateQueue, claim
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, Noticed, StateQueue, Sweep, claim, parse_message
 from seckill.expiry import ExpiryMessage
 from seckill.infra import keys
 from seckill.infra.db import Database
+from seckill.infra.errors import TryAgain
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
+from seckill.messages import OrderQueue
+from seckill.press import orders
 from seckill.press.gate import Gate
+from seckill_local.runner import rate_seconds, scheduled_event
+from seckill_local.sqs import sqs_client
 from seckill_local.template import Template
 from tests.helpers import (
     Hold,
@@ -81,6 +86,27 @@ def test_window_on_creation(voucher: Callable[..., int], redis: Any, scripts: Sc
     assert (state.sold_out, state.stopped) == (False, False)
     assert int(redis.hget(keys.edge(voucher_id), "v")) == state.v
     assert claim(scripts, voucher_id) is None  # nothing changed since
+
+
+def test_the_record_goes_long_after_the_sale_ends(voucher: Callable[..., int], redis: Any, scripts: Scripts) -> None:
+    end = datetime.now(UTC) + timedelta(minutes=5)
+    voucher_id = voucher(stock=3, begin=end - timedelta(hours=1), end=end)
+    assert claim(scripts, voucher_id) is not None
+    seconds, micros = redis.time()
+    expires_at = seconds * 1000 + micros // 1000 + redis.pttl(keys.edge(voucher_id))
+    assert abs(expires_at - to_ms(end + KEPT_AFTER_END)) < 5_000
+
+
+def test_a_stopped_sale_s_record_goes_long_after_the_stop(
+    voucher: Callable[..., int], db: Database, redis: Any, scripts: Scripts
+) -> None:
+    voucher_id = voucher(stock=3, end=datetime.now(UTC) + timedelta(days=30))
+    vouchers.stop_seckill_voucher(db, redis, voucher_id)
+    stopped = claim(scripts, voucher_id)
+    assert stopped is not None
+    assert stopped.stopped
+    kept = redis.pttl(keys.edge(voucher_id))
+    assert 0 <= KEPT_AFTER_END.total_seconds() * 1000 - kept < 5_000
 
 
 def test_one_claim_per_change_under_concurrent_claimers(
@@ -188,16 +214,64 @@ def test_a_failed_send_gives_the_claim_back(
     metrics.clear_metrics()
 
 
-def test_the_sweep_sends_a_lost_state_again(
+def test_the_sweep_sends_every_state_again_in_one_message(
     voucher: Callable[..., int], scripts: Scripts, sqs: Any, edge_queue: str, edge: StateQueue
 ) -> None:
     voucher_id, other = voucher(stock=3), voucher(stock=2)
     lost = claim(scripts, voucher_id)  # claimed; its message never reached the queue
     assert lost is not None
     assert edge.sweep(scripts, [voucher_id, other, voucher_id]) == 0
-    swept = {s.voucher_id: s for s in sent(sqs, edge_queue)}
-    assert swept[voucher_id] == lost  # the same version: the publisher writes it once
+    (message,) = drain(sqs, edge_queue)
+    sweep = parse_message(message["Body"])
+    assert isinstance(sweep, Sweep)
+    swept = {s.voucher_id: s for s in sweep.states}
     assert set(swept) == {voucher_id, other}
+    # Claimed anew: the same state under a newer version, which beats every older one.
+    assert swept[voucher_id].same_sale(lost)
+    assert swept[voucher_id].v > lost.v
+    assert claim(scripts, voucher_id) is None  # and nothing changed for the notices
+
+
+def test_a_unit_a_503_gave_back_reaches_the_edge_at_the_next_edge_notice(
+    template: Template,
+    monkeypatch: pytest.MonkeyPatch,
+    context: Any,
+    voucher: Callable[..., int],
+    db: Database,
+    redis: Any,
+    scripts: Scripts,
+    gate: Gate,
+    sqs_endpoint: str,
+    sqs: Any,
+    edge_queue: str,
+    edge: StateQueue,
+) -> None:
+    voucher_id = voucher(stock=1)
+    assert edge.notice(scripts, voucher_id) is Noticed.SENT
+    sent(sqs, edge_queue)
+    # The last unit's press: while its send is under way the persister stores the other
+    # orders and publishes the sell-out; then the send is refused, and the press gives
+    # its unit back before answering 503.
+    press_sqs = sqs_client(sqs_endpoint)
+    press_sqs.meta.events.register(
+        "before-call.sqs.SendMessage", lambda **_: edge.notice(scripts, voucher_id), unique_id="sell-out"
+    )
+    with pytest.raises(TryAgain):
+        orders.place_order(
+            gate, redis, OrderQueue(press_sqs, f"{edge_queue}-gone"), db, voucher_id, new_user(), status_ttl=60
+        )
+    (flag,) = sent(sqs, edge_queue)
+    assert flag.sold_out
+    assert redis.get(keys.stock(voucher_id)) == "1"  # on sale again, and the edge says sold out
+    # ReconcilerFunction's edge notice, as its schedule (at least once a minute) invokes it.
+    (schedule,) = [p for p in template.functions["ReconcilerFunction"].schedules if p.get("Input")]
+    every = rate_seconds(template.resolve(schedule["Schedule"], {}) or "")
+    assert every is not None
+    assert every <= 60
+    reconciler = fresh(template, "ReconcilerFunction", monkeypatch, EDGE_STATE_QUEUE_URL=edge_queue)
+    answer = reconciler.lambda_handler(scheduled_event(schedule), context)
+    assert set(answer) == {"edgeStatesSent"}  # nothing reconciled
+    assert [s.sold_out for s in sent(sqs, edge_queue) if s.voucher_id == voucher_id] == [False]
 
 
 def test_no_queue_url_asks_nothing_of_redis(voucher: Callable[..., int]) -> None:

@@ -6,7 +6,16 @@ import io
 
 from rich.console import Console
 
-from seckill_demo.edge import EdgeWatch, Sample, check_edge, check_server, edge_figures, function_body
+from seckill_demo.edge import (
+    EdgeWatch,
+    Sample,
+    check_edge,
+    check_refused_on_sale,
+    check_server,
+    edge_figures,
+    function_body,
+    refused_on_sale,
+)
 from seckill_demo.load import Press, percentiles
 from seckill_demo.report import Report, render
 
@@ -120,3 +129,23 @@ def test_a_unit_back_before_the_flag_has_nothing_to_clear() -> None:
     checks = check_edge(presses, early, figures, first_wave=len(presses))
     assert "the flag clears when units come back" not in {c.name for c in checks}
     assert all(c.ok for c in checks)
+
+
+def test_a_unit_refused_at_the_edge_longer_than_the_bound_fails() -> None:
+    # Units back at 2.0 s under a sold-out store: cleared at 4.5 s (2.5 s refused); again at
+    # 6.0 s, never cleared to the end (7.0 s: 1 s); stock unreadable (Redis restarting) skipped.
+    samples = watch(
+        (1.0, 0, True),
+        (2.0, 1, True),
+        (3.0, None, True),
+        (4.5, 1, False),
+        (5.0, 0, True),
+        (6.0, 2, True),
+        (7.0, 2, True),
+    )
+    assert refused_on_sale(samples) == [(2.0, 2.5), (6.0, 1.0)]
+    assert check_refused_on_sale(samples, within=3.0).ok
+    failed = check_refused_on_sale(samples, within=2.0)
+    assert not failed.ok
+    assert "the longest 2,500 ms at 2.00 s" in failed.detail
+    assert check_refused_on_sale(SOLD).ok  # nothing on sale under the flag

@@ -4,10 +4,12 @@ anything else is refused (the publisher dead-letters it rather than write it).""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from seckill.edge.state import EdgeState, MalformedState
+from seckill.edge.state import KEPT_AFTER_END, EdgeState, MalformedState, Sweep, parse_message
+from seckill.repair.restore import ENDED_WITHIN
 
 STATE = EdgeState(
     voucher_id=42, v=1_764_600_000_000, begin=1_764_600_000_000, end=1_764_603_600_000, sold_out=True, stopped=False
@@ -64,3 +66,30 @@ def test_refuses_anything_else(text: str) -> None:
 def test_a_value_has_no_voucher_id() -> None:
     with pytest.raises(MalformedState):
         EdgeState.from_value(42, STATE.message())
+
+
+def test_a_sweep_round_trips_and_a_change_is_read_as_one() -> None:
+    sweep = Sweep((STATE, replace(STATE, voucher_id=43, sold_out=False)))
+    assert parse_message(sweep.message()) == sweep
+    assert parse_message(Sweep(()).message()) == Sweep(())
+    assert parse_message(STATE.message()) == STATE
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"sweep": {}}', '{"sweep": [{"v": 1}]}', '{"sweep": [], "v": 1}', message(extra=1), "not json"],
+)
+def test_a_message_is_a_change_or_a_sweep(text: str) -> None:
+    with pytest.raises(MalformedState):
+        parse_message(text)
+
+
+def test_the_same_sale_whatever_the_version() -> None:
+    assert STATE.same_sale(replace(STATE, v=STATE.v + 1))
+    assert not STATE.same_sale(replace(STATE, sold_out=False))
+    assert not STATE.same_sale(replace(STATE, voucher_id=43))
+
+
+def test_the_edge_keeps_a_state_while_reconciliation_sweeps_it() -> None:
+    """Else each sweep would write back what the one before deleted."""
+    assert KEPT_AFTER_END >= ENDED_WITHIN

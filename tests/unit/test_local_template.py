@@ -72,8 +72,10 @@ def test_template_authorizer_queues_and_event_source(template: Template) -> None
 
 
 def test_template_schedules_are_read(template: Template) -> None:
-    (schedule,) = template.functions["ReconcilerFunction"].schedules
-    assert template.resolve(schedule["Schedule"], {}) == "rate(5 minutes)"
+    reconcile, edge_notice = template.functions["ReconcilerFunction"].schedules
+    assert template.resolve(reconcile["Schedule"], {}) == "rate(5 minutes)"
+    assert template.resolve(edge_notice["Schedule"], {}) == "rate(1 minute)"
+    assert scheduled_event(edge_notice) == {"edgeOnly": True}  # the target's Input
 
 
 @pytest.mark.parametrize(

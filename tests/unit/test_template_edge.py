@@ -58,6 +58,10 @@ def test_without_the_edge_nothing_of_it_is_deployed(transformed: dict[str, Any])
     with_edge, without = stack(transformed), stack(transformed, Edge="none")
     edge_only = set(with_edge) - set(without)
     assert {"EdgeStateQueue", "EdgeStateDeadLetterQueue", "EdgePublisherFunction", "EdgeKeyValueStore"} <= edge_only
+    # ReconcilerFunction's edge notice: a rule of its SAM schedule, switched off without the edge.
+    assert with_edge["ReconcilerFunctionEdgeNotice"]["Properties"]["State"] == "ENABLED"
+    assert without.pop("ReconcilerFunctionEdgeNotice")["Properties"]["State"] == "DISABLED"
+    without.pop("ReconcilerFunctionEdgeNoticePermission")  # the rule's, to invoke the function
     for name, resource in without.items():
         assert not resource["Type"].startswith(EDGE_RESOURCE_TYPES), name
         assert not name.startswith("Edge"), name
@@ -126,7 +130,8 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
     assert sorted(actions(kvs)) == [
         "cloudfront-keyvaluestore:DescribeKeyValueStore",
         "cloudfront-keyvaluestore:GetKey",
-        "cloudfront-keyvaluestore:PutKey",
+        "cloudfront-keyvaluestore:ListKeys",
+        "cloudfront-keyvaluestore:UpdateKeys",
     ]
     assert kvs["Resource"] == {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}
     # No other role may touch the store; the publisher touches nothing else but its queue.

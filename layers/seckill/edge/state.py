@@ -6,7 +6,8 @@ orders, a unit given back by a route or an expiry), ``StateQueue.notice`` runs
 elects one caller per change, whatever the number of containers that notice it, and
 hands it a new version; only that caller sends the state to EdgeStateQueue. Nothing
 here ever raises into its caller: the edge is an optimisation, never the authority,
-and the reconciler's sweep sends every sale's state again (docs/edge.md).
+and the reconciler's sweep claims every sale's state anew and sends them in one
+message, which the publisher compares with the store (docs/edge.md).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +32,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VALUE_KEYS = {"v", "begin", "end", "soldOut", "stopped"}
+_MESSAGE_KEYS = {*_VALUE_KEYS, "voucherId"}
 # A version is a positive integer a JavaScript number holds exactly (the edge's parser).
 _MAX_SAFE = 2**53 - 1
+# States per sweep message: about 110 bytes each, well inside SQS's 256 KiB.
+SWEEP_MESSAGE_STATES = 1000
+# How long after its sale ended (or was stopped) a voucher's state is kept, in Redis and
+# in the store: as long as reconciliation looks after the sale and its sweep keeps the
+# state right (seckill.repair.restore.ENDED_WITHIN); then both are deleted.
+KEPT_AFTER_END = timedelta(days=1)
 
 
 class MalformedState(ValueError):
@@ -78,22 +87,29 @@ class EdgeState:
 
     def message(self) -> str:
         """EdgeStateQueue's body: the value plus the voucher id."""
-        return json.dumps({**json.loads(self.value()), "voucherId": self.voucher_id}, separators=(",", ":"))
+        return json.dumps(self.message_fields(), separators=(",", ":"))
+
+    def message_fields(self) -> dict[str, Any]:
+        """The message's fields, as JSON types."""
+        return {**json.loads(self.value()), "voucherId": self.voucher_id}
+
+    def same_sale(self, other: EdgeState) -> bool:
+        """The same answer at the edge: every field but the version equal."""
+        return replace(self, v=other.v) == other
 
     @classmethod
     def from_value(cls, voucher_id: int, text: str) -> EdgeState:
         """A stored KVS value; MalformedState unless it has exactly the value's fields, each well typed."""
-        return cls._parse(text, _VALUE_KEYS, voucher_id)
+        return cls.from_fields(_json(text), _VALUE_KEYS, voucher_id)
 
     @classmethod
     def from_message(cls, text: str) -> EdgeState:
-        """An EdgeStateQueue body; MalformedState unless it is one."""
-        return cls._parse(text, {*_VALUE_KEYS, "voucherId"}, None)
+        """An EdgeStateQueue body of one change; MalformedState unless it is one."""
+        return cls.from_fields(_json(text), _MESSAGE_KEYS, None)
 
     @classmethod
-    def _parse(cls, text: str, fields: set[str], voucher_id: int | None) -> EdgeState:
+    def from_fields(cls, data: Any, fields: set[str], voucher_id: int | None) -> EdgeState:
         try:
-            data = json.loads(text)
             if not isinstance(data, dict) or set(data) != fields:
                 raise ValueError(f"expected exactly the fields {sorted(fields)}")
             return cls(
@@ -104,17 +120,47 @@ class EdgeState:
                 _flag(data, "soldOut"),
                 _flag(data, "stopped"),
             )
-        except ValueError as exc:  # json's errors included
+        except ValueError as exc:
             raise MalformedState(f"not an edge state: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The reconciler's sweep, one message: the state of every sale it looks after,
+    each claimed anew under a version above all those handed out before it. The
+    publisher writes each where the store holds an older version of another state
+    (a lost message, or one Redis forgot it had sent), and nothing else."""
+
+    states: tuple[EdgeState, ...]
+
+    def message(self) -> str:
+        return json.dumps({"sweep": [s.message_fields() for s in self.states]}, separators=(",", ":"))
+
+
+def parse_message(text: str) -> EdgeState | Sweep:
+    """An EdgeStateQueue body: one change, or a sweep; MalformedState unless either."""
+    data = _json(text)
+    if isinstance(data, dict) and set(data) == {"sweep"}:
+        if not isinstance(data["sweep"], list):
+            raise MalformedState("not a sweep: its states are not a list")
+        return Sweep(tuple(EdgeState.from_fields(s, _MESSAGE_KEYS, None) for s in data["sweep"]))
+    return EdgeState.from_fields(data, _MESSAGE_KEYS, None)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise MalformedState(f"not JSON: {exc}") from exc
 
 
 def claim(scripts: Scripts, voucher_id: int, *, again: bool = False) -> EdgeState | None:
     """The voucher's state if it changed since the last claim (this call now owns its
     publication), else None; None too for a voucher the gate does not sell. ``again``:
-    the claimed state even when unchanged (its version then stays)."""
+    the state even when unchanged, under a new version all the same (the sweep's)."""
     claimed = scripts.edge_claim(
         keys=[keys.stock(voucher_id), keys.window(voucher_id), keys.edge(voucher_id)],
-        args=[voucher_id, "1" if again else ""],
+        args=[voucher_id, "1" if again else "", int(KEPT_AFTER_END.total_seconds() * 1000)],
     )
     return None if claimed is None else EdgeState.from_message(claimed)
 
@@ -164,25 +210,36 @@ class StateQueue:
             return self._failed(voucher_id, "could not be sent")
         return Noticed.SENT
 
-    def notice_each(self, scripts: Scripts, voucher_ids: Iterable[int]) -> None:
-        for voucher_id in sorted(set(voucher_ids)):
-            self.notice(scripts, voucher_id)
+    def notice_each(self, scripts: Scripts, voucher_ids: Iterable[int]) -> int:
+        """``notice`` for each voucher; how many states this call sent."""
+        return sum(self.notice(scripts, v) is Noticed.SENT for v in sorted(set(voucher_ids)))
 
     def sweep(self, scripts: Scripts, voucher_ids: Iterable[int]) -> int:
-        """Every voucher's claimed state sent again, changed or not (the reconciler's
-        pass): repairs a message lost after its claim, one the publisher dead-lettered,
-        and a claim whose give-back failed. Returns how many failed; never raises."""
+        """Every voucher's state claimed anew, changed or not, and sent in one message
+        (the reconciler's pass), for the publisher to compare with the store: repairs a
+        message lost after its claim, one the publisher dead-lettered, a claim whose
+        give-back failed, and a store entry newer than what Redis remembers having
+        claimed (Redis lost its last writes). Returns how many vouchers failed; never raises."""
         if not self.queue_url:
             return 0
+        states: list[EdgeState] = []
         failed = 0
         for voucher_id in sorted(set(voucher_ids)):
             try:
                 state = claim(scripts, voucher_id, again=True)
-                if state is not None:
-                    self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=state.message())
             except Exception:
                 self._failed(voucher_id, "could not be swept")
                 failed += 1
+                continue
+            if state is not None:
+                states.append(state)
+        for start in range(0, len(states), SWEEP_MESSAGE_STATES):
+            chunk = tuple(states[start : start + SWEEP_MESSAGE_STATES])
+            try:
+                self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=Sweep(chunk).message())
+            except Exception:
+                self._failed(chunk[0].voucher_id, f"could not be swept (nor {len(chunk) - 1} after it)")
+                failed += len(chunk)
         return failed
 
     def _failed(self, voucher_id: int, what: str) -> Noticed:

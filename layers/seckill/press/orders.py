@@ -109,8 +109,8 @@ def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -
 def _release(gate: Gate, reservation: Reservation) -> None:
     # No edge notice here (seckill.edge.state): this runs before the press is answered,
     # and the answer must not wait on an SQS send. The unit back may clear a "sold out"
-    # the edge holds; the persister's next batch of this voucher (rare once the edge
-    # refuses the presses) or the reconciler's sweep publishes it. Until then the edge
+    # the edge holds: ReconcilerFunction's edge notice, every minute, finds the stock
+    # differing from the state last claimed and publishes it. Until then the edge
     # refuses, as sold out, a press the gate would take (docs/edge.md).
     try:
         gate.release(reservation)
