@@ -226,7 +226,11 @@ def user_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 _gateway("Unauthorized"),
                 _failure("UNAUTHORIZED"),
             ),
-            403: _response("The token is not a logged-in user's (API Gateway)", _gateway("Forbidden")),
+            403: _response(
+                "The token is not a logged-in user's, or (with the edge) the request came around CloudFront,"
+                " without its origin header (API Gateway)",
+                _gateway("Forbidden"),
+            ),
             500: _response(
                 "The authorizer failed (API Gateway); the function itself never answers 500",
                 _gateway("Internal Server Error"),

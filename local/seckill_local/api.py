@@ -175,7 +175,8 @@ def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def _gateway(status: int, message: str) -> Answer:
     """API Gateway's own answers (before or instead of the function), compact as it sends
     them: `{"message":"Unauthorized"}`, byte for byte what the edge gives a draw (edge/press.js)."""
-    return status, {"content-type": "application/json"}, json.dumps({"message": message}, separators=(",", ":")).encode()
+    body = json.dumps({"message": message}, separators=(",", ":")).encode()
+    return status, {"content-type": "application/json"}, body
 
 
 def _http_response(result: Any) -> Answer:
