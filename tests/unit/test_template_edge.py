@@ -282,6 +282,15 @@ def test_the_draw_record_is_cached_two_seconds_at_most(template: Template) -> No
     assert functions_of(behavior_for(distribution(template), "/voucher/seckill/42/stop")) == [DENY]
 
 
+def test_the_entry_routes_reach_the_api_as_the_other_user_routes(template: Template) -> None:
+    """Through the press's behavior, whose function passes them on (edge/press.js touches the press only)."""
+    entry = behavior_for(distribution(template), "/voucher-order/seckill/42/entry")
+    assert {"GET", "POST"} <= set(entry["AllowedMethods"])
+    assert functions_of(entry) == [PRESS]
+    assert entry["CachePolicyId"] == CACHING_DISABLED
+    assert entry["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
+
+
 def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template) -> None:
     config = distribution(template)
     served = 0

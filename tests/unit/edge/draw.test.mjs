@@ -319,6 +319,22 @@ describe('an entry it cannot trust', () => {
   });
 });
 
+describe('the routes beside the press', () => {
+  it('forwards the entry routes and the draw record untouched, token or not', async () => {
+    const routes = [
+      ['POST', '/voucher-order/seckill/42/entry'],
+      ['GET', '/voucher-order/seckill/42/entry'],
+      ['GET', '/voucher/seckill/42/draw'],
+      ['GET', '/voucher-order/seckill/42'],
+    ];
+    for (const [method, uri] of routes) {
+      for (const token of [null, `Bearer ${TOKEN}`]) {
+        await assertForwarded({ soldOut: true, ...admittedBelow(BELOW) }, { method, uri, token, pass: null });
+      }
+    }
+  });
+});
+
 describe('never a 202', () => {
   it('answers only 401, 403 and 409, or forwards, over many states, passes and clocks', async () => {
     let seed = 25;
