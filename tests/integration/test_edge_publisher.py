@@ -156,15 +156,20 @@ def test_the_client_signs_with_sigv4a(monkeypatch: pytest.MonkeyPatch) -> None:
     assert request.url.startswith("https://123456789012.cloudfront-kvs.global.api.aws/")
 
 
-@pytest.fixture
-def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """EdgePublisherFunction's module, imported as the runtime would, on the local store
-    (its template resource is the stack's; the code is all this needs)."""
+def publisher_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """EdgePublisherFunction's module, imported afresh as the runtime would, under the
+    environment set (its template resource is the stack's; the code is all this needs)."""
     fn = Function("EdgePublisherFunction", ROOT / "functions" / "edge_publisher", "app.lambda_handler", 30, {})
     with monkeypatch.context() as patch:
         patch.setattr(sys, "modules", dict(sys.modules))
         handler = load_handler(fn)
         return sys.modules[handler.__module__]
+
+
+@pytest.fixture
+def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The publisher's module on the local store."""
+    return publisher_module(monkeypatch)
 
 
 def test_handler_writes_the_newest_and_fails_the_malformed(
@@ -238,11 +243,7 @@ def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
 def ring_publisher(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """EdgePublisherFunction's module with the ring in SECKILL_PASS_KEYS, as the runner gives it."""
     monkeypatch.setenv("SECKILL_PASS_KEYS", json.dumps(RING))
-    fn = Function("EdgePublisherFunction", ROOT / "functions" / "edge_publisher", "app.lambda_handler", 30, {})
-    with monkeypatch.context() as patch:
-        patch.setattr(sys, "modules", dict(sys.modules))
-        handler = load_handler(fn)
-        return sys.modules[handler.__module__]
+    return publisher_module(monkeypatch)
 
 
 def test_the_handler_publishes_the_pass_keys_on_its_schedule_and_with_each_batch(

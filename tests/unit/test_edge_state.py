@@ -28,8 +28,9 @@ def test_round_trips() -> None:
     assert EdgeState.from_value(42, STATE.value()) == STATE
 
 
-def message(**changes: object) -> str:
-    data = json.loads(STATE.message())
+def message(state: EdgeState = STATE, **changes: object) -> str:
+    """The state's message with fields changed, or removed (None)."""
+    data = json.loads(state.message())
     data.update(changes)
     return json.dumps({k: v for k, v in data.items() if v is not None})
 
@@ -95,9 +96,7 @@ def test_a_draw_value_adds_draw_and_its_moves() -> None:
 
 
 def draw_message(**changes: object) -> str:
-    data = json.loads(DRAW.message())
-    data.update(changes)
-    return json.dumps({k: v for k, v in data.items() if v is not None})
+    return message(DRAW, **changes)
 
 
 @pytest.mark.parametrize(
