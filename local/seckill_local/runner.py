@@ -54,6 +54,7 @@ DEFAULT_KVS_ENDPOINT = f"http://127.0.0.1:{DEFAULT_KVS_PORT}"
 EDGE_QUEUE = "EdgeStateQueue"
 EDGE_QUEUE_VARIABLE = "EDGE_STATE_QUEUE_URL"
 ORIGIN_VARIABLE = "SECKILL_ORIGIN_SECRET"
+EDGE_KVS_VARIABLE = "EDGE_KVS_ARN"
 
 
 class Runner:
@@ -96,7 +97,7 @@ class Runner:
         refs.update(self.queues())
         env = {**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": self.endpoint, "POWERTOOLS_TRACE_DISABLED": "true"}
         env.update(function_environment(self.template, fn, refs, self.env_vars))
-        if self.edge and "EDGE_KVS_ARN" in fn.environment:
+        if self.edge and EDGE_KVS_VARIABLE in fn.environment:
             # The publisher writes the local edge's store, whatever ARN the env-vars file
             # gives it for sam local.
             env.update(kvs_environment(self.kvs_endpoint))
@@ -263,6 +264,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     runner = Runner(args)
     jobs: list[tuple[Function, dict[str, Any], float]] = []
     for fn in runner.template.functions.values():
+        if EDGE_KVS_VARIABLE in fn.environment and not runner.edge:
+            continue  # the publisher's schedule (the pass keys): no edge to publish to
         for props in fn.schedules:
             expression = runner.template.resolve(props.get("Schedule") or props.get("ScheduleExpression"), {}) or ""
             every = args.every or rate_seconds(expression)

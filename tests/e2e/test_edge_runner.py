@@ -11,6 +11,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from seckill_local.ports import free_port
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import Template
 from tests.e2e.test_deployed_sale import SECKILL_LOCAL, wait_ready
+from tests.e2e.test_local_runner import delete_queues_with_prefix
 from tests.helpers import new_user
 
 pytestmark = pytest.mark.e2e
@@ -90,3 +92,27 @@ def test_the_edge_passes_on_what_it_does_not_answer_and_answers_a_sold_out_press
     assert api == forbidden
     stats = json.loads(http.request("GET", f"{fronted['kvs']}/__edge/stats").data)
     assert (stats["answered"], stats["failed"]) == (1, 0)
+
+
+def test_the_publishers_schedule_puts_the_pass_keys_in_the_edges_store(
+    fronted: dict[str, str], tmp_path: Path, creds: Credentials, sqs_endpoint: str, sqs: Any
+) -> None:
+    """``schedule --once --edge``: EdgePublisherFunction's minute schedule, the ring's keys
+    (SECKILL_PASS_KEYS) copied to `pass-keys` without `active`."""
+    ring = {"active": "k2", "keys": {"k1": "a1" * 32, "k2": "b2" * 32}}
+    env_file = tmp_path / "env.json"
+    parameters = local_parameters(os.environ["REDIS_URL"], creds) | {"SECKILL_PASS_KEYS": json.dumps(ring)}
+    env_file.write_text(json.dumps({"Parameters": parameters}), encoding="utf-8")
+    prefix = f"p{uuid.uuid4().hex[:8]}-"
+    command = [str(SECKILL_LOCAL), "schedule", "--once", "--edge", "--kvs-endpoint", fronted["kvs"]]
+    command += ["--env-vars", str(env_file), "--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)  # noqa: S603
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+    assert done.returncode == 0, done.stderr
+    ran = {json.loads(line)["function"] for line in done.stdout.splitlines() if line.startswith("{")}
+    assert ran == {"ReconcilerFunction", "EdgePublisherFunction"}
+    kvs = local_kvs_client(fronted["kvs"])
+    stored = kvs.get_key(KvsARN=KVS_ARN, Key="pass-keys")["Value"]
+    assert json.loads(stored) == {"keys": ring["keys"]}
