@@ -39,6 +39,8 @@ NEEDS: dict[str, set[str]] = {
     "edge_kvs_arn": {"EDGE_KVS_ARN"},
     "edge_state_queue_url": {"EDGE_STATE_QUEUE_URL"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
+    "draw_clock_queue_url": {"DRAW_CLOCK_QUEUE_URL"},
+    "key_ring(": {"PASS_KEYS_SECRET_ARN"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
 # Read by the code but rightly not set in AWS, each for its reason.
@@ -49,6 +51,7 @@ OPTIONAL: dict[str, str] = {
     "AWS_ENDPOINT_URL_SQS": "local SQS only; declared as AWS::NoValue for sam local",
     "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": "the local store stand-in only; declared as AWS::NoValue",
     "SECKILL_REFUSAL_CACHE_SECONDS": "tuning with a default",
+    "SECKILL_PASS_KEYS": "the pass key ring of local runs; in AWS PASS_KEYS_SECRET_ARN; declared as AWS::NoValue",
     "SECKILL_STATUS_TTL_SECONDS": "tuning with a default",
     "AWS_LAMBDA_INITIALIZATION_TYPE": "set by Lambda: on-demand, provisioned-concurrency or snap-start",
     "_X_AMZN_TRACE_ID": "set by Lambda per invocation: whether X-Ray samples it",
@@ -58,6 +61,7 @@ OPTIONAL: dict[str, str] = {
 # The secret RDS manages (and rotates) for the master user, and Redis's AUTH token.
 DB_SECRET = {"Fn::GetAtt": ["Database", "MasterUserSecret.SecretArn"]}
 REDIS_SECRET = {"Ref": "RedisAuthSecret"}
+PASS_SECRET = {"Ref": "PassKeysSecret"}
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +175,21 @@ def test_globals_runtime_tracing_network_and_layer(data: dict[str, Any]) -> None
 
 
 def test_functions_using_a_secret_may_read_it_and_no_other_may(template: Template, data: dict[str, Any]) -> None:
-    users = {"Redis": set(), "MySQL": set()}
+    users: dict[str, set[str]] = {"Redis": set(), "MySQL": set(), "passes": set()}
     for fn in template.functions.values():
         code = source(fn)
-        uses = {"Redis": "redis_client(" in code, "MySQL": "Database.from_settings(" in code or "credentials(" in code}
+        uses = {
+            "Redis": "redis_client(" in code,
+            "MySQL": "Database.from_settings(" in code or "credentials(" in code,
+            "passes": "key_ring(" in code,
+        }
         policies = props(data, fn.logical_id).get("Policies", [])
         secrets_read = [p["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"] for p in policies
                         if "AWSSecretsManagerGetSecretValuePolicy" in p]  # fmt: skip
         assert sorted(map(json.dumps, secrets_read)) == sorted(
-            json.dumps(secret) for store, secret in (("Redis", REDIS_SECRET), ("MySQL", DB_SECRET)) if uses[store]
+            json.dumps(secret)
+            for store, secret in (("Redis", REDIS_SECRET), ("MySQL", DB_SECRET), ("passes", PASS_SECRET))
+            if uses[store]
         ), fn.logical_id
         users = {store: found | ({fn.logical_id} if uses[store] else set()) for store, found in users.items()}
     assert {"AuthorizerFunction", "SeckillApiFunction", "OrderPersisterFunction"} <= users["Redis"]
@@ -210,6 +220,8 @@ def test_queues_redrive_and_encryption(template: Template, data: dict[str, Any])
         "OrderExpiryDeadLetterQueue",
         "EdgeStateQueue",
         "EdgeStateDeadLetterQueue",
+        "DrawClockQueue",
+        "DrawClockDeadLetterQueue",
     }
 
 
@@ -550,7 +562,7 @@ def test_mysql_credentials_are_the_secret_rds_manages_and_rotates(data: dict[str
         {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": DB_SECRET}
     ]
     # No secret of our own for MySQL (one nobody rotates) is left over.
-    assert list(resources(data, "AWS::SecretsManager::Secret")) == ["RedisAuthSecret"]
+    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == ["PassKeysSecret", "RedisAuthSecret"]
     assert data["Outputs"]["DbSecretArn"]["Value"] == DB_SECRET
 
 
