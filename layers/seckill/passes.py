@@ -130,3 +130,16 @@ def load_ring(env: os._Environ[str] | dict[str, str] | None = None) -> KeyRing |
 def _parsed(text: str) -> KeyRing:
     # Every press of a draw asks for the ring: parsed once per text, not per press.
     return KeyRing.from_json(text)
+
+
+def ensure_ring(secretsmanager: Any, secret_arn: str) -> bool:
+    """Make the secret a ring: one that holds none yet (the random placeholder the
+    stack creates it with) gets a ring of one fresh key; a ring is left alone, so a
+    deployment never rotates keys. Whether it wrote one."""
+    current = secretsmanager.get_secret_value(SecretId=secret_arn).get("SecretString", "")
+    try:
+        KeyRing.from_json(current)
+        return False
+    except BadKeyRing:
+        secretsmanager.put_secret_value(SecretId=secret_arn, SecretString=new_ring().to_json())
+        return True

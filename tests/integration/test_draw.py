@@ -531,3 +531,30 @@ def test_entries_moves_and_the_seed_survive_a_redis_loss_mid_sale(
     orders_made.append(int(body(accepted)["data"]))
     assert body(call(draw_event(v)))["data"] == record
     assert enter(call, v, user)["ticket"] == entries[user]["ticket"]
+
+
+@pytest.mark.parametrize(
+    ("ticket", "code"),
+    [
+        ("000000001fffffffe", "OK"),  # the last admitted, differing in the low 8 hex only
+        ("000000001ffffffff", "NOT_ADMITTED"),  # the cursor itself
+        (
+            "00000000200000000",
+            "NOT_ADMITTED",
+        ),  # above it in the high 9 hex, lower in the rest (and below the future move)
+        ("0000000010fffffff", "OK"),
+        ("10000000000000001", "NOT_ADMITTED"),  # a late entry
+        ("", "NO_PASS"),
+    ],
+)
+def test_the_gate_compares_tickets_byte_by_byte(
+    redis: Any, gate: Any, make_voucher: Callable[..., int], ticket: str, code: str
+) -> None:
+    voucher_id = make_voucher()
+    redis.hset(keys.window(voucher_id), mapping={"draw": 1, "close": 1})
+    # An old move, the move in effect, and one decided ahead that does not apply yet.
+    moves_ = {"000000000000000ff": 0, "000000001ffffffff": 1, "0ffffffffffffffff": 2**52}
+    redis.zadd(keys.cursor(voucher_id), moves_)
+    answer = gate.reserve(voucher_id, new_user(), ticket=ticket)
+    assert getattr(answer, "code", "OK") == code
+    redis.delete(keys.cursor(voucher_id))

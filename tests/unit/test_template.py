@@ -41,6 +41,7 @@ NEEDS: dict[str, set[str]] = {
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "draw_clock_queue_url": {"DRAW_CLOCK_QUEUE_URL"},
     "key_ring(": {"PASS_KEYS_SECRET_ARN"},
+    "ensure_ring(": {"PASS_KEYS_SECRET_ARN"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
 # Read by the code but rightly not set in AWS, each for its reason.
