@@ -10,7 +10,6 @@ draw's pass keys to the store's `pass-keys` when they changed (seckill.edge.pass
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -21,6 +20,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill import passes
 from seckill.edge import passkeys
 from seckill.edge.publisher import Published, Publisher, kvs_client
 from seckill.edge.state import EdgeState
@@ -35,7 +35,6 @@ settings = Settings.from_env()
 publisher = Publisher(kvs_client(), settings.edge_kvs_arn)
 
 COUNTED = {Published.WRITTEN: "EdgeStatesWritten", Published.STALE: "EdgeStatesStale"}
-ring = passkeys.ring_source(os.environ)
 # The `pass-keys` value this container last found or wrote in the store: a batch skips
 # the store's calls while the ring has not changed; the schedule's run always asks it.
 confirmed: dict[str, str] = {}
@@ -44,10 +43,11 @@ confirmed: dict[str, str] = {}
 def publish_pass_keys(*, ask_store: bool) -> None:
     """The ring's keys to the store if they changed; never fails the batch (logged and
     counted: the next invocation tries again)."""
-    if ring is None:
-        return
     try:
-        text = passkeys.value(ring())
+        ring = passes.load_ring()
+        if ring is None:
+            return
+        text = passkeys.value(ring)
         if not ask_store and confirmed.get(passkeys.KEY) == text:
             return
         published = passkeys.publish(publisher, text)

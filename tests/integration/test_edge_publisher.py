@@ -16,6 +16,7 @@ import pytest
 from seckill.edge import passkeys
 from seckill.edge.publisher import Published, Publisher, StoreBusy, kvs_client
 from seckill.edge.state import EdgeState
+from seckill.passes import KeyRing
 from seckill_local.checkout import ROOT
 from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.lambdas import load_handler
@@ -190,16 +191,20 @@ def test_handler_writes_the_newest_and_fails_the_malformed(
 RING = {"active": "k2", "keys": {"k2": "b2" * 32, "k1": "a1" * 32}}
 
 
+def ring(data: dict[str, Any]) -> KeyRing:
+    return KeyRing.from_json(json.dumps(data))
+
+
 def test_the_pass_keys_are_written_without_active_and_only_when_they_change(edge: EdgeServer, kvs: Any) -> None:
     publisher = Publisher(kvs, edge.kvs_arn)
-    text = passkeys.value(json.dumps(RING))
+    text = passkeys.value(ring(RING))
     assert json.loads(text) == {"keys": RING["keys"]}
     assert passkeys.publish(publisher, text) is Published.WRITTEN
     assert stored(kvs, edge.kvs_arn, passkeys.KEY) == text
     etag = kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"]
     assert passkeys.publish(publisher, text) is Published.STALE
     assert kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"] == etag  # nothing written
-    retired = passkeys.value(json.dumps({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}))
+    retired = passkeys.value(ring({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}))
     assert passkeys.publish(publisher, retired) is Published.WRITTEN
     assert stored(kvs, edge.kvs_arn, passkeys.KEY) == retired
 
@@ -207,34 +212,24 @@ def test_the_pass_keys_are_written_without_active_and_only_when_they_change(edge
 def test_a_concurrent_write_fails_the_pass_keys_write(edge: EdgeServer, kvs: Any, other: Any) -> None:
     before_each_put(kvs, lambda: write(other, edge.kvs_arn, "8", at(1).value()), times=1)
     with pytest.raises(kvs.exceptions.ConflictException):
-        passkeys.publish(Publisher(kvs, edge.kvs_arn), passkeys.value(json.dumps(RING)))
+        passkeys.publish(Publisher(kvs, edge.kvs_arn), passkeys.value(ring(RING)))
     with pytest.raises(kvs.exceptions.ResourceNotFoundException):
         stored(kvs, edge.kvs_arn, passkeys.KEY)
 
 
-@pytest.mark.parametrize(
-    "ring",
-    [
-        "not json",
-        "[]",
-        json.dumps({"active": "k1"}),
-        json.dumps({"active": "k1", "keys": {}}),
-        json.dumps({"keys": {"K1": "a1" * 32}}),
-        json.dumps({"keys": {"k" * 17: "a1" * 32}}),
-        json.dumps({"keys": {"k1": "A1" * 32}}),
-        json.dumps({"keys": {"k1": "a1" * 31}}),
-        json.dumps({"keys": {"k1": 1}}),
-        # Twelve keys of 16-character ids: over a KeyValueStore value's 1,024 bytes.
-        json.dumps({"keys": {f"{i:016d}": "a1" * 32 for i in range(12)}}),
-    ],
-)
-def test_a_ring_that_is_none_or_does_not_fit_is_refused(ring: str) -> None:
-    with pytest.raises(passkeys.NotARing):
-        passkeys.value(ring)
+def keys(count: int) -> dict[str, Any]:
+    """A ring of ``count`` keys with 16-character ids, the longest there are."""
+    kids = [f"{i:016d}" for i in range(count)]
+    return {"active": kids[0], "keys": dict.fromkeys(kids, "a1" * 32)}
+
+
+def test_a_ring_over_a_store_value_is_refused() -> None:
+    with pytest.raises(passkeys.RingTooLarge):
+        passkeys.value(ring(keys(12)))
 
 
 def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
-    text = passkeys.value(json.dumps({"keys": {f"{i:016d}": "a1" * 32 for i in range(11)}}))
+    text = passkeys.value(ring(keys(11)))
     assert len(text) == 956
     assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) is Published.WRITTEN  # the store takes it
 
@@ -268,7 +263,7 @@ def test_the_handler_publishes_the_pass_keys_on_its_schedule_and_with_each_batch
 def test_the_handler_never_fails_a_batch_for_the_pass_keys(
     ring_publisher: ModuleType, edge: EdgeServer, kvs: Any, context: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ring_publisher, "ring", lambda: "not a ring")
+    monkeypatch.setenv("SECKILL_PASS_KEYS", "not a ring")
     sample = "edge_publisher.json"
     newer, _ = (r["body"] for r in load_event(sample)["Records"])
     assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
