@@ -73,27 +73,27 @@ class LocalHttpApi:
             if route.auth == "AWS_IAM":
                 caller = self.verifier.caller(method, target, headers, body)
                 if caller is None:
-                    return _gateway(403, "Forbidden")
+                    return gateway(403, "Forbidden")
                 authorizer = {"iam": iam_context(caller)}
             elif route.auth != "NONE" and self.authorizer is not None:
                 token = headers.get("authorization")
                 if not token:
-                    return _gateway(401, "Unauthorized")
+                    return gateway(401, "Unauthorized")
                 try:
                     context = self._authorize(token, event)
                 except Exception:
-                    return _gateway(500, "Internal Server Error")
+                    return gateway(500, "Internal Server Error")
                 if context is None:
-                    return _gateway(403, "Forbidden")
+                    return gateway(403, "Forbidden")
                 authorizer = {"lambda": context}
             if authorizer:
                 event["requestContext"]["authorizer"] = authorizer
             try:
                 result = self.pools[fn.logical_id].invoke(event)
             except Exception:
-                return _gateway(500, "Internal Server Error")
+                return gateway(500, "Internal Server Error")
             return _http_response(result)
-        return _gateway(404, "Not Found")
+        return gateway(404, "Not Found")
 
     def _authorize(self, token: str, event: dict[str, Any]) -> dict[str, Any] | None:
         assert self.authorizer is not None
@@ -172,7 +172,7 @@ def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return values
 
 
-def _gateway(status: int, message: str) -> Answer:
+def gateway(status: int, message: str) -> Answer:
     """API Gateway's own answers (before or instead of the function), compact as it sends
     them: `{"message":"Unauthorized"}`, byte for byte what the edge gives a draw (edge/press.js)."""
     body = json.dumps({"message": message}, separators=(",", ":")).encode()
@@ -214,7 +214,7 @@ def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) ->
                 # API Gateway's 400 for a length that is no number of bytes ('abc', '1e3', '-1'); the
                 # rest of the connection cannot be parsed either, so it is closed.
                 self.close_connection = True
-                self._answer(*_gateway(400, "Bad Request"))
+                self._answer(*gateway(400, "Bad Request"))
                 return
             body = self.rfile.read(int(length)) if int(length) else b""
             self._answer(*api.handle(self.command, self.path, headers, body))
