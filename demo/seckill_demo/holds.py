@@ -32,7 +32,7 @@ from seckill.vouchers import HOLD_SECONDS
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import EXPIRY_QUEUE, RECONCILE_EVERY
 from seckill_demo.faults import rng
-from seckill_demo.load import TOKEN_TTL, Press, promised
+from seckill_demo.load import TOKEN_TTL, Press, percentiles, promised
 from seckill_demo.report import Check
 
 if TYPE_CHECKING:
@@ -266,6 +266,23 @@ class HoldsOutcome:
     def resolved(self) -> bool:
         """No hold outstanding, and every closed order's unit back in Redis."""
         return self.count("CONFIRMED") == 0 and self.returned == self.closed and self.redis_stock == self.mysql_stock
+
+
+def return_lag(db: Database, voucher_id: int) -> dict[str, Any] | None:
+    """From each expired order's payBy to its unit back on sale: p50, p99, max (ms) and how
+    many; None when none expired. The return is MySQL's close of the hold (update_time, by the
+    database's clock as payBy is), which the unit's return to Redis follows in the same invocation."""
+
+    def read(cursor: Any) -> list[float]:
+        cursor.execute(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, pay_by, update_time) AS lag_us FROM tb_voucher_order"
+            " WHERE voucher_id = %s AND close_reason = 'EXPIRED' AND pay_by IS NOT NULL",
+            (voucher_id,),
+        )
+        return [int(row["lag_us"]) / 1000 for row in cursor.fetchall()]
+
+    lags = db.run(read, read_only=True)
+    return {**percentiles(lags), "expired": len(lags)} if lags else None
 
 
 def check_holds(outcome: HoldsOutcome, holds: Holds, statuses: dict[int, str], *, stock: int) -> list[Check]:

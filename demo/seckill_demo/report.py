@@ -63,6 +63,8 @@ class Report:
     plot: str = ""  # the stock plot's path, or why there is none
     edge: dict[str, Any] | None = None  # what the edge answered and how soon (seckill_demo.edge); None: no edge
     edge_plot: str = ""  # the edge plot's path
+    function_time: dict[str, Any] | None = None  # the press route's own time (seckill_demo.timing); None: not measured
+    return_lag: dict[str, Any] | None = None  # payBy -> the unit back on sale (seckill_demo.holds.return_lag)
 
     @property
     def ok(self) -> bool:
@@ -284,6 +286,24 @@ def edge_rows(table: Table, edge: dict[str, Any]) -> None:
         )
 
 
+def function_time_rows(table: Table, timing: dict[str, Any]) -> None:
+    """The function's own time (``seckill_demo.timing.function_time``), and what bounds the client's."""
+    own = timing["handler_ms"]
+    table.add_row(
+        "function's own time, press route p50 / p99 / max",
+        f"{own['p50']:.2f} / {own['p99']:.2f} / {own['max']:.2f} ms over {timing['invocations']:,} invocations",
+    )
+    table.add_row("client-side latency: bounded by", timing["bound"])
+
+
+def return_lag_rows(table: Table, lag: dict[str, Any]) -> None:
+    """How late units came back (``seckill_demo.holds.return_lag``)."""
+    table.add_row(
+        "units back after payBy p50 / p99 / max",
+        f"{lag['p50']:,.0f} / {lag['p99']:,.0f} / {lag['max']:,.0f} ms over {lag['expired']:,} expired",
+    )
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
@@ -321,8 +341,13 @@ def render(report: Report, console: Console | None = None) -> None:
     table.add_row("throughput", f"{report.throughput_rps:,.0f} req/s over {report.wall_seconds:.2f} s")
     lat = report.latency_ms
     table.add_row(
-        "latency p50 / p95 / p99 / max", f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms"
+        "client-side latency p50 / p95 / p99 / max",
+        f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} / {lat['max']:.1f} ms",
     )
+    if report.function_time is not None:
+        function_time_rows(table, report.function_time)
+    if report.return_lag is not None:
+        return_lag_rows(table, report.return_lag)
     if report.edge is not None:
         edge_rows(table, report.edge)
     table.add_row("seed", str(report.seed))

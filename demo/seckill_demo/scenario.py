@@ -44,10 +44,11 @@ from seckill_demo.edge import (
     plot_edge,
     since,
 )
-from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds
+from seckill_demo.holds import HoldsOutcome, HoldsRun, StockSampler, check_holds, return_lag
 from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
 from seckill_demo.stack import LocalStack
+from seckill_demo.timing import PRESS_ROUTE, durations, function_time
 from seckill_local.sqs import sqs_client
 
 console = Console(stderr=True)
@@ -391,7 +392,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         edge_plot=edge_plot,
     )
     report.checks.extend(edge_checks)
+    press_durations = durations(sale.stack.log("api"), "SeckillApiFunction", PRESS_ROUTE)
+    report.function_time = function_time(press_durations, args.containers)
     if held is not None and run is not None:
+        report.return_lag = return_lag(sale.db, sale.voucher_id)
         report.reconciliation = dict(reconciled + run.reconciled)
         if sale.chaos is not None:
             answers = Counter(f"{a.action} {a.code}" for a in run.holds.answers)

@@ -82,8 +82,12 @@ class LocalStack:
         self.env_file.write_text(json.dumps(env_vars, indent=2), encoding="utf-8")
         self.processes: list[subprocess.Popen[bytes]] = []
 
+    def log(self, name: str) -> Path:
+        """Where a runner process (``api``, ``feed``, ``sqs``) writes its output."""
+        return self.workdir / f"{name}.log"
+
     def _spawn(self, name: str, *args: str) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
+        log = self.log(name).open("wb")
         command = [sys.executable, "-m", "seckill_local.runner", *args, "--sqs-endpoint", self.sqs_endpoint]
         # Our own runner with our own arguments; a session of its own so stop() reaches its workers.
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
@@ -107,7 +111,7 @@ class LocalStack:
             url = f"{self.edge.url}/voucher/list/1"
             self._wait("the local edge", lambda: http.request("GET", url).status == 200)
             # The sale's first states must reach the store: EdgePublisherFunction fed from the start.
-            log = self.workdir / "feed.log"
+            log = self.log("feed")
             self._wait("the queue feeder", lambda: FEEDING in log.read_text(encoding="utf-8", errors="replace"))
 
     def pause_feeder(self, paused: bool) -> None:

@@ -13,7 +13,9 @@ local region (the signature is verified: ``seckill_local.sigv4``); API Gateway's
 ``iam`` authorizer context naming the caller's access key.
 
 As at API Gateway, every method is routed (one without a route gets the JSON 404),
-a malformed or negative Content-Length gets a JSON 400, a repeated header or
+a malformed or negative Content-Length gets a JSON 400, a chunked body (HTTP/1.1's
+``Transfer-Encoding: chunked``, which every HTTP/1.1 server must read, RFC 9112 7.1)
+reaches the function whole, as the edge forwards it, a repeated header or
 query parameter reaches the function as one value, its values joined by commas,
 and a query parameter with an empty value is kept, as ""
 (https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html).
@@ -29,7 +31,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from seckill.origin import HEADER as ORIGIN_HEADER
@@ -40,6 +42,7 @@ from seckill_local.template import Function, Route, Template
 
 ACCOUNT = "123456789012"
 Answer = tuple[int, dict[str, str], bytes]
+MAX_LINE = 65_537  # a chunk's size line at most, as http.server reads its request line
 
 
 def iam_context(access_key: str) -> dict[str, Any]:
@@ -189,6 +192,24 @@ def _http_response(result: Any) -> Answer:
     return int(result["statusCode"]), headers, raw
 
 
+def read_chunked(stream: BinaryIO) -> bytes | None:
+    """A chunked body (RFC 9112 7.1) read whole from ``stream``, its trailer fields skipped;
+    None when it is malformed."""
+    body = bytearray()
+    while True:
+        size = stream.readline(MAX_LINE).split(b";", 1)[0].strip()
+        if not size or size.strip(b"0123456789abcdefABCDEF"):
+            return None
+        if int(size, 16) == 0:
+            break
+        body += stream.read(int(size, 16))
+        if stream.read(2) != b"\r\n":
+            return None
+    while stream.readline(MAX_LINE) not in (b"\r\n", b"\n", b""):
+        pass  # trailer fields: the function never sees them
+    return bytes(body)
+
+
 class Handles(Protocol):
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer: ...
 
@@ -209,15 +230,27 @@ def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) ->
 
         def _serve(self) -> None:
             headers = joined((k.lower(), v) for k, v in self.headers.items())
-            length = headers.get("content-length", "0")
-            if not (length.isascii() and length.isdigit()):
-                # API Gateway's 400 for a length that is no number of bytes ('abc', '1e3', '-1'); the
-                # rest of the connection cannot be parsed either, so it is closed.
+            body = self._body(headers)
+            if body is None:
+                # API Gateway's 400 for a body it cannot delimit: the rest of the connection
+                # cannot be parsed either, so it is closed.
                 self.close_connection = True
                 self._answer(*gateway(400, "Bad Request"))
                 return
-            body = self.rfile.read(int(length)) if int(length) else b""
+            headers.pop("transfer-encoding", None)  # hop-by-hop: the body is whole now
             self._answer(*api.handle(self.command, self.path, headers, body))
+
+        def _body(self, headers: dict[str, str]) -> bytes | None:
+            """The request's body, by its Content-Length or its chunks; None when neither delimits
+            it: a length that is no number of bytes ('abc', '1e3', '-1'), an encoding other than
+            chunked, or both headers at once (RFC 9112 6.1 lets a server refuse those)."""
+            length = headers.get("content-length", "0")
+            if "transfer-encoding" in headers:
+                chunked = headers["transfer-encoding"].strip().lower() == "chunked"
+                return read_chunked(self.rfile) if chunked and "content-length" not in headers else None
+            if not (length.isascii() and length.isdigit()):
+                return None
+            return self.rfile.read(int(length)) if int(length) else b""
 
         def _answer(self, status: int, headers: dict[str, str], raw: bytes) -> None:
             self.send_response(status)

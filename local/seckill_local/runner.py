@@ -40,7 +40,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.checkout import TEMPLATE
-from seckill_local.edge import FUNCTION, EdgeServer, kvs_environment
+from seckill_local.edge import EdgeServer, kvs_environment
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
@@ -111,8 +111,9 @@ class Runner:
         return env
 
     def pool(self, logical_id: str, containers: int) -> FunctionPool:
+        """Warm containers of the function, a REPORT line on stdout per invocation (as ``sam local``)."""
         fn = self.function(logical_id)
-        return FunctionPool(fn, self.environment(fn), containers)
+        return FunctionPool(fn, self.environment(fn), containers, reports=sys.stdout)
 
     def resolve_int(self, value: Any, default: int) -> int:
         resolved = self.template.resolve(value, self.env_vars.get("Parameters", {}))
@@ -167,13 +168,18 @@ def cmd_start_api(args: argparse.Namespace) -> int:
     edge = None
     if args.edge:
         edge = EdgeServer(
-            api_url, port=args.edge_port, kvs_port=args.kvs_port, host=args.host, origin_secret=runner.origin_secret
+            api_url,
+            port=args.edge_port,
+            kvs_port=args.kvs_port,
+            host=args.host,
+            template=runner.template,
+            origin_secret=runner.origin_secret,
         )
     for route, fn in runner.template.routes():
         print(f"  {route.method:<5} {api_url}{route.path}  -> {fn.logical_id} ({route.auth})")
     print(f"HTTP API listening on {api_url}", flush=True)
     if edge:
-        print(f"edge listening on {edge.url}: {FUNCTION.name} in front of every route", flush=True)
+        print(f"edge listening on {edge.url}: the template's EdgeDistribution in front of every route", flush=True)
         print(f"  its KeyValueStore {edge.kvs_arn} at {edge.kvs_endpoint}", flush=True)
         print(f"  publish to it with: seckill-local feed --edge --kvs-endpoint {edge.kvs_endpoint}", flush=True)
     print("(Ctrl-C to stop)", flush=True)

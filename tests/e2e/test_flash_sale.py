@@ -67,6 +67,10 @@ def test_small_flash_sale_holds_every_invariant(tmp_path: Path, sale_db: str, se
     assert set(report["refusals"]) <= {"SOLD_OUT", "DUPLICATE_ORDER"}
     assert all(check["ok"] for check in report["checks"])
     assert "All invariants hold." in result.stdout
+    # The function's own time, from the runner's REPORT lines: one per press that reached it.
+    own = report["function_time"]
+    assert 30 <= own["invocations"] <= 360
+    assert 0 < own["handler_ms"]["p50"] <= own["handler_ms"]["max"]
 
 
 def test_more_stock_than_users_sells_one_each(tmp_path: Path, sale_db: str, seed: int) -> None:
@@ -211,6 +215,9 @@ def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, s
     assert holds["resold"] == holds["expired"] + holds["cancelled"]
     assert holds["waves"] >= 2
     assert report["redis_stock"] == report["mysql_stock"] == 0
+    # Every expired unit's lag from payBy to back on sale, never negative: never early.
+    assert report["return_lag"]["expired"] == holds["expired"]
+    assert 0 <= report["return_lag"]["p50"] <= report["return_lag"]["max"]
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert f"stock plot: {plot}" in result.stdout
     # Through the edge: the later waves' presses reached the function, for the units that came back.

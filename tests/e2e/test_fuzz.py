@@ -15,6 +15,12 @@ A seckill voucher's window has rules no JSON Schema can state (its end after its
 and not yet passed; the route's description says so): a positive case that breaks them
 is not sent, as it is no well-formed request.
 
+OrderPersisterFunction is fed from OrderQueue as its event source mapping would, so a press
+the gate let through becomes a CONFIRMED order: the owner's known order can be cancelled or
+paid by the generated cases, and a stateful phase takes orders of its own from the press to
+CONFIRMED, then cancels or pays them, every answer checked against the document as the
+generated cases' are.
+
 Bounded and deterministic: ``MAX_EXAMPLES`` per operation and phase, a fixed seed. The
 number of cases sent per operation is printed at the end of the run.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -46,6 +53,7 @@ from seckill.openapi import ADMIN, USER
 from seckill.tokens import mint_tokens
 from seckill_demo.faults import PrivateRedis
 from seckill_local.checkout import TEMPLATE
+from seckill_local.feeder import QueueFeeder
 from seckill_local.lambdas import local_parameters
 from seckill_local.openapi_command import DOCUMENT
 from seckill_local.ports import free_port
@@ -58,6 +66,8 @@ pytestmark = pytest.mark.e2e
 
 MAX_EXAMPLES = 100
 BUYERS = 500  # users pressing (more than the presses a run sends)
+STATEFUL_ORDERS = 6  # orders the stateful phase takes to CANCELLED or PAID, half each
+CONFIRMED_WITHIN = 60.0  # seconds for the persister to store a press
 ANONYMOUS_EVERY = 5  # every 5th case of an operation goes without our credentials (API Gateway refuses it)
 SEED = 20260101
 # A window that ends this soon is kept out of positive cases: it may have ended by the time it is sent.
@@ -178,6 +188,7 @@ class LocalApi:
     owner: UserToken  # the user whose order is known
     buyers: UserToken  # a new user per press, so that presses can win
     admin: SigV4
+    players: list[str]  # the stateful phase's users, one order each
 
     def auth_for(self, case: schemathesis.Case) -> requests.auth.AuthBase | None:
         headers = case.meta.components.get(ParameterLocation.HEADER) if case.meta else None
@@ -213,14 +224,22 @@ def local_api(
                 visibility_timeout=1,
             )
         )
-        owner, *buyers = mint_tokens(redis, [new_user() for _ in range(1 + BUYERS)], ttl_seconds=3600).values()
+        users = [new_user() for _ in range(1 + BUYERS + STATEFUL_ORDERS)]
+        owner, *buyers = mint_tokens(redis, users, ttl_seconds=3600).values()
+        buyers, players = buyers[:BUYERS], buyers[BUYERS:]
         pools = {name: runner.pool(name, 1) for name in ("SeckillApiFunction", "AuthorizerFunction")}
+        persister = runner.pool("OrderPersisterFunction", 1)
+        feeder = QueueFeeder(runner.sqs, runner.queues()["OrderQueue"], persister, batch_size=10, concurrency=1)
         try:
+            persister.warm()
+            feeder.start()  # OrderQueue -> the persister, as the event source mapping
             with serving(template, pools) as url:
-                api = LocalApi(url, UserToken([owner]), UserToken(buyers), SigV4())
+                api = LocalApi(url, UserToken([owner]), UserToken(buyers), SigV4(), players)
                 seed(api)
                 yield api
         finally:
+            feeder.close()
+            persister.close()
             delete_queues_with_prefix(sqs, prefix)
     finally:
         private.kill()
@@ -243,7 +262,35 @@ def seed(api: LocalApi) -> None:
     create("/voucher")
     placed = requests.post(f"{api.url}/voucher-order/seckill/{sold_out}", auth=api.owner, timeout=20)
     assert placed.status_code == 202, placed.text
-    KNOWN.update(voucherId=[on_sale, sold_out], orderId=[placed.json()["data"]], shopId=[str(shop_id)])
+    order_id = placed.json()["data"]
+    confirmed(api, order_id, api.owner)  # stored: the generated cancels and payments can succeed on it
+    KNOWN.update(voucherId=[on_sale, sold_out], orderId=[order_id], shopId=[str(shop_id)])
+
+
+def documented(
+    api: LocalApi, method: str, path: str, auth: requests.auth.AuthBase, body: Any = None, **parameters: str
+) -> requests.Response:
+    """One request of the stateful phase, its answer put through every check the generated cases get."""
+    operation = schema[path][method]
+    case = (
+        operation.Case(path_parameters=parameters, body=body)
+        if body is not None
+        else operation.Case(path_parameters=parameters)
+    )
+    response: requests.Response = case.call_and_validate(base_url=api.url, auth=auth, timeout=20)
+    return response
+
+
+def confirmed(api: LocalApi, order_id: str, auth: requests.auth.AuthBase) -> None:
+    """Until the status route says CONFIRMED (the persister stored the order and its hold)."""
+    deadline = time.monotonic() + CONFIRMED_WITHIN
+    while True:
+        status = documented(api, "GET", "/voucher-order/{orderId}", auth, orderId=order_id)
+        assert status.status_code == 200, status.text
+        if status.json()["data"]["status"] == "CONFIRMED":
+            return
+        assert time.monotonic() < deadline, f"order {order_id} still {status.json()['data']['status']}"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -258,6 +305,33 @@ def report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
         lines.append(f"  {label}: {count} ({statuses})")
     with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
         print("\n" + "\n".join(lines))
+
+
+def test_orders_go_from_the_press_to_confirmed_then_cancelled_or_paid_as_documented(local_api: LocalApi) -> None:
+    """The stateful phase: each player presses and waits for CONFIRMED, then cancels twice (the
+    even ones) or pays twice with the same paymentId (the odd ones): both answered 200, the second
+    changing nothing; then the other close is refused 409 with the order's state. Every answer
+    passes the document's checks."""
+    on_sale = KNOWN["voucherId"][0]
+    for n, token in enumerate(local_api.players):
+        player = UserToken([token])
+        pressed = documented(local_api, "POST", "/voucher-order/seckill/{voucherId}", player, voucherId=on_sale)
+        assert pressed.status_code == 202, pressed.text
+        order_id = pressed.json()["data"]
+        confirmed(local_api, order_id, player)
+        payment = {"paymentId": f"fuzz-{order_id}"}
+        close, other, final = ("cancel", "payment", "CANCELLED") if n % 2 == 0 else ("payment", "cancel", "PAID")
+        auth = {"cancel": player, "payment": local_api.admin}
+        body = {"cancel": None, "payment": payment}
+        path = "/voucher-order/{orderId}/"
+        answers = [
+            documented(local_api, "POST", path + close, auth[close], body[close], orderId=order_id) for _ in range(2)
+        ]
+        assert [(a.status_code, a.json()["data"]["status"]) for a in answers] == [(200, final)] * 2
+        refused = documented(local_api, "POST", path + other, auth[other], body[other], orderId=order_id)
+        assert (refused.status_code, refused.json()["code"]) == (409, final), refused.text
+        status = documented(local_api, "GET", "/voucher-order/{orderId}", player, orderId=order_id)
+        assert status.json()["data"]["status"] == final
 
 
 @schema.parametrize()

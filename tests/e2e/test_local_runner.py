@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -386,6 +388,40 @@ def test_http_a_malformed_content_length_is_api_gateways_400_at_once(api_url: st
     assert headers["connection"] == "close"  # what follows on the connection cannot be delimited either
 
 
+def test_http_a_chunked_body_reaches_the_function_whole(api_url: str, redis: Any) -> None:
+    """As the edge forwards it: a signed voucher sent in chunks is created (201), where the body
+    was once read as empty, the signature found wrong and the request refused 403."""
+    shop_id = random.randint(10**12, 10**15)
+    payload = {"shopId": shop_id, "title": "chunked", "payValue": 100, "actualValue": 200}
+    data = json.dumps(payload).encode()
+    url = f"{api_url}/voucher"
+    headers = signed("POST", url, data, {"content-type": "application/json"})
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (data[:10], data[10:])) + b"0\r\n\r\n"
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    request = f"POST /voucher HTTP/1.1\r\n{head}Transfer-Encoding: chunked\r\n\r\n"  # the Host is signed
+
+    status, _, answer = exchange(api_url, request.encode() + chunks)
+
+    assert status == 201, answer
+    listed = http(f"{api_url}/voucher/list/{shop_id}")[2]["data"]
+    assert [voucher["title"] for voucher in listed] == ["chunked"]
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\n{}\r\n0\r\n\r\n",  # both: ambiguous
+        "Transfer-Encoding: gzip\r\n\r\n{}",
+        "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",  # no chunk size
+    ],
+)
+def test_http_a_body_that_cannot_be_delimited_is_api_gateways_400(api_url: str, framing: str) -> None:
+    request = f"POST /voucher-order/seckill/1 HTTP/1.1\r\nHost: local\r\n{framing}"
+    status, headers, answer = exchange(api_url, request.encode())
+    assert (status, answer) == (400, {"message": "Bad Request"})
+    assert headers["connection"] == "close"
+
+
 def test_http_a_repeated_or_empty_query_parameter_reaches_the_function_as_api_gateway_sends_it(
     api_url: str, make_voucher: Callable[..., int]
 ) -> None:
@@ -419,6 +455,26 @@ def test_http_a_repeated_authorization_header_is_joined_and_refused(api_url: str
         assert (response.status, json.loads(response.read())) == (403, {"message": "Forbidden"})
     finally:
         connection.close()
+
+
+def test_a_pool_reports_each_invocation_as_lambda_does_with_its_route(runner: Runner) -> None:
+    """The REPORT line the main job reads the function's own time from: one per invocation, its
+    duration measured in the container, the API's route key when the event has one."""
+    fn = runner.function("AuthorizerFunction")
+    reports = io.StringIO()
+    event = json.loads((EVENTS / "authorizer.json").read_text())
+    pool = FunctionPool(fn, runner.environment(fn), 1, reports=reports)
+    try:
+        pool.invoke(event)
+        pool.invoke({"type": "REQUEST"})
+    finally:
+        pool.close()
+
+    lines = reports.getvalue().splitlines()
+    pattern = r"REPORT RequestId: \S+ Function: AuthorizerFunction{} Duration: \d+\.\d\d ms"
+    assert re.fullmatch(pattern.format(re.escape(f" Route: {event['routeKey']}")), lines[0]), lines
+    assert re.fullmatch(pattern.format(""), lines[1]), lines
+    assert len(lines) == 2
 
 
 # --- the worker-start hook ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,99 @@ def test_a_request_on_a_kept_alive_connection_the_upstream_dropped_is_sent_again
 
     assert answers == [Upstream.STATUS] * 3
     assert [s.target for s in upstream.seen] == [f"/voucher-order/seckill/{n}" for n in (1, 2, 3)]
+
+
+def test_a_name_called_proto_is_one_more_entry_and_pollutes_nothing(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """A header, query parameter or cookie named __proto__ once wrote Object.prototype: the next
+    forwarded request lost its authorization and the next answered press crashed the server."""
+    put(kvs, "42", state(sold_out=True))
+    polluting = {"authorization": TOKEN, "__proto__": "x", "cookie": "__proto__=1; a=2"}
+    answer = http.request("GET", f"{edge.url}/voucher-order/9?__proto__=1&__proto__=2", headers=polluting)
+    assert answer.status == Upstream.STATUS
+
+    forwarded = http.request("GET", f"{edge.url}/voucher-order/9", headers={"authorization": "Bearer owner"})
+    refused = press(http, edge, 42)
+
+    assert forwarded.status == Upstream.STATUS
+    assert upstream.seen[0].target == "/voucher-order/9?__proto__=1&__proto__=2"
+    assert (upstream.seen[0].headers["__proto__"], upstream.seen[0].headers["cookie"]) == ("x", "__proto__=1; a=2")
+    assert upstream.seen[1].headers["authorization"] == "Bearer owner"
+    assert (refused.status, json.loads(refused.data)["code"]) == (409, "SOLD_OUT")
+    assert refused.headers["x-seckill-edge"] == "1"
+
+
+def sent_as_is(edge: EdgeServer, method: str, target: str, headers: dict[str, str]) -> int:
+    """The status answered to ``target`` sent byte for byte (urllib3 resolves dot segments itself)."""
+    connection = HTTPConnection(urllib3.util.parse_url(edge.url).netloc, timeout=10)
+    try:
+        connection.request(method, target, body=b"", headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/voucher-order/seckill/999999/../42", "/voucher-order/seckill/999999/%2e%2e/42", "/voucher-order/./seckill/42"],
+)
+def test_a_path_with_dot_segments_goes_to_the_api_as_sent(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager, target: str
+) -> None:
+    """CloudFront matches the behavior on the normalized path but sends the raw one on: the
+    press function, whose pattern the raw path does not fit, forwards it, and the API answers."""
+    put(kvs, "42", state(sold_out=True))
+
+    status = sent_as_is(edge, "POST", target, {"authorization": TOKEN})
+
+    assert status == Upstream.STATUS
+    assert [s.target for s in upstream.seen] == [target]
+
+
+@pytest.mark.parametrize(
+    ("method", "target"),
+    [
+        ("POST", "/voucher/seckill"),
+        ("POST", "/voucher"),
+        ("POST", "/voucher/seckill/7/stop"),
+        ("POST", "/voucher-order/1/payment"),
+        ("POST", "/voucher-order/seckill/../1/payment"),  # the payment route, once normalized
+        ("GET", "/voucher/list/../seckill"),
+    ],
+)
+def test_the_routes_the_distribution_denies_are_denied_at_the_edge(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager, method: str, target: str
+) -> None:
+    """EdgeDenyFunction's 403 on the admin routes and the payment service's, as in the stack."""
+    answer = http.request(method, f"{edge.url}{target}", body=b"{}", headers={"authorization": TOKEN})
+    status = sent_as_is(edge, method, target, {"authorization": TOKEN})
+
+    assert (answer.status, answer.headers["x-seckill-edge"], status) == (403, "1", 403)
+    assert upstream.seen == []
+
+
+def test_the_list_takes_get_and_head_only_as_its_behavior_allows(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    for method in ("POST", "PUT", "DELETE", "OPTIONS", "PATCH"):
+        answer = http.request(method, f"{edge.url}/voucher/list/1", body=b"")
+        assert answer.status == 403, method  # CloudFront's "Invalid method"
+    assert upstream.seen == []
+
+    for method in ("GET", "HEAD"):
+        assert http.request(method, f"{edge.url}/voucher/list/1").status == Upstream.STATUS
+    assert [s.method for s in upstream.seen] == ["GET", "HEAD"]
+
+
+def test_a_chunked_body_is_forwarded_whole(edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager) -> None:
+    answer = http.request("POST", f"{edge.url}/voucher-order/1/cancel", body=iter([b'{"a":', b" 1}"]), chunked=True)
+
+    assert answer.status == Upstream.STATUS
+    assert upstream.seen[0].body == b'{"a": 1}'
+    assert "transfer-encoding" not in upstream.seen[0].headers
 
 
 def test_a_write_with_a_stale_etag_is_a_conflict_and_changes_nothing(edge: EdgeServer, kvs: Any) -> None:

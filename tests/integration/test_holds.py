@@ -16,7 +16,7 @@ from seckill import hints, holds
 from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, PAID
 from seckill.holds import NOT_FOUND, REFUSALS, Expiry
 from seckill.infra import keys
-from seckill.infra.db import Database
+from seckill.infra.db import Credentials, Database, connect
 from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage
@@ -176,6 +176,31 @@ def test_expire_leaves_a_paid_hold_and_a_missing_order_alone(
     assert stored(db, hold)["status"] == 2
     assert stocks(db, redis, hold.voucher_id) == (2, 2)
     assert holds.expire(db, redis, scripts, 10**15 + random.randrange(10**9)).outcome is Expiry.MISSING
+
+
+def test_an_expiry_that_finds_its_hold_paid_or_not_yet_due_waits_for_no_lock(
+    db: Database, creds: Credentials, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
+) -> None:
+    """Most of a sale's expiries find their order paid, or come early: decided without the voucher's
+    row lock, they go on while a persister batch (here another transaction) holds it."""
+    paid, early = sell(count=2)
+    holds.pay(db, redis, scripts, paid.order_id, "pay-1")
+    with connect(creds) as busy:
+        busy.begin()
+        with busy.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (paid.voucher_id,))
+        outcomes: list[Expiry] = []
+        worker = threading.Thread(
+            target=lambda: outcomes.extend(holds.expire(db, redis, scripts, h.order_id).outcome for h in (paid, early))
+        )
+        worker.start()
+        worker.join(timeout=10)
+        decided_while_locked = not worker.is_alive()
+        busy.rollback()
+    worker.join()
+
+    assert decided_while_locked
+    assert outcomes == [Expiry.PAID, Expiry.NOT_YET]
 
 
 def test_a_give_back_whose_reply_was_lost_is_not_given_twice(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from seckill_demo.load import percentiles
 from seckill_demo.report import Check, Report, render
+from seckill_demo.timing import PRESS_ROUTE, durations, function_time
+from seckill_local.lambdas import report_line
 
 
 def test_a_failed_report_says_how_to_replay_it() -> None:
@@ -22,3 +26,56 @@ def test_a_failed_report_says_how_to_replay_it() -> None:
     text = out.file.getvalue()
     assert "FAIL" in text
     assert "replay with --seed 1234" in text
+
+
+def rendered(report: Report) -> str:
+    out = Console(file=io.StringIO(), width=300)
+    render(report, out)
+    text: str = out.file.getvalue()
+    return text
+
+
+def a_report(**fields: Any) -> Report:
+    return Report(
+        voucher_id=1, seed=1, users=1, stock=1, presses_per_user=1, requests=3, accepted=1, refusals={},
+        errors=0, wall_seconds=1.0, throughput_rps=3.0, latency_ms=percentiles([40.0, 80.0, 900.0]), confirmed=1,
+        failed=0, failed_reasons={}, redis_stock=0, mysql_stock=0, redelivered=0, reconciliation={}, **fields,
+    )  # fmt: skip
+
+
+def test_the_function_s_own_time_is_shown_beside_the_client_side_latency_each_labelled(tmp_path: Path) -> None:
+    """The press route's durations read from the runner's REPORT lines, not the other routes' or functions'."""
+    log = tmp_path / "api.log"
+    lines = [
+        report_line("SeckillApiFunction", {"routeKey": PRESS_ROUTE}, 0.5),
+        report_line("SeckillApiFunction", {"routeKey": PRESS_ROUTE}, 1.5),
+        report_line("SeckillApiFunction", {"routeKey": "GET /voucher-order/{orderId}"}, 99.0),
+        report_line("AuthorizerFunction", {"routeKey": PRESS_ROUTE}, 77.0),
+        "a line of the function's own log",
+    ]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    durations_ms = durations(log, "SeckillApiFunction", PRESS_ROUTE)
+    assert durations_ms == [0.5, 1.5]
+
+    text = rendered(a_report(function_time=function_time(durations_ms, containers=4, cores=2)))
+
+    assert "client-side latency p50 / p95 / p99 / max" in text
+    assert "function's own time, press route p50 / p99 / max" in text
+    assert "1.00 / 1.49 / 1.50 ms over 2 invocations" in text
+    assert "2 cores shared by the clients, the local edge, the API's server and its 4 containers" in text
+
+
+def test_without_figures_of_its_own_the_report_shows_no_such_rows() -> None:
+    text = rendered(a_report())
+
+    assert "function's own time" not in text
+    assert "units back after payBy" not in text
+
+
+def test_the_lag_of_units_back_after_their_deadline_is_shown() -> None:
+    lag = {**percentiles([100.0, 200.0, 5000.0]), "expired": 3}
+
+    text = rendered(a_report(return_lag=lag))
+
+    assert "units back after payBy p50 / p99 / max" in text
+    assert "200 / 4,904 / 5,000 ms over 3 expired" in text

@@ -1,6 +1,8 @@
-"""The edge on this machine: ``server.mjs`` on Node.js runs the CloudFront Function
-``edge/press.js`` in front of the local API and hosts an in-memory stand-in of its
-KeyValueStore, which the publisher writes with the ``cloudfront-keyvaluestore`` API.
+"""The edge on this machine: ``server.mjs`` on Node.js applies the template's
+EdgeDistribution in front of the local API (its cache behaviors' allowed methods and
+viewer-request functions: ``edge/press.js`` on the press, EdgeDenyFunction on the routes
+the edge does not serve) and hosts an in-memory stand-in of the KeyValueStore, which the
+publisher writes with the ``cloudfront-keyvaluestore`` API.
 
     with EdgeServer(upstream="http://127.0.0.1:3000") as edge:
         edge.url           # the viewer side: what CloudFront's domain would be
@@ -28,13 +30,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from seckill_local.checkout import ROOT
+from seckill_local.edge_function_command import RESOURCE, SOURCE
 from seckill_local.node import MISSING, node
 from seckill_local.processes import stop_group
 from seckill_local.sqs import LOCAL_AWS
+from seckill_local.template import Template
 
 SERVER = Path(__file__).resolve().parent / "server.mjs"
-FUNCTION = ROOT / "edge" / "press.js"
+DISTRIBUTION = "EdgeDistribution"
 # The one store of a local run; its account is no one's.
 KVS_ARN = "arn:aws:cloudfront::000000000000:key-value-store/seckill-local"
 # The name the client is configured with; .test is reserved for testing (RFC 2606).
@@ -52,8 +55,31 @@ class EdgeStats:
     failed: int
 
 
+def distribution(template: Template) -> dict[str, Any]:
+    """The template's EdgeDistribution as ``server.mjs`` applies it: its cache behaviors in
+    order, the default last with the pattern ``*``, each with its allowed methods and the
+    logical id of its viewer-request function (or None), and every such function's code.
+    EdgePressFunction's code is ``edge/press.js``, which the template's copies
+    (``seckill-edge-function``), so that an edit runs locally before it is copied."""
+    config = template.resource(DISTRIBUTION)["Properties"]["DistributionConfig"]
+    behaviors, functions = [], {}
+    for behavior in [*config.get("CacheBehaviors", []), {**config["DefaultCacheBehavior"], "PathPattern": "*"}]:
+        function = None
+        for association in behavior.get("FunctionAssociations", []):
+            if association["EventType"] == "viewer-request":
+                function = association["FunctionARN"]["Fn::GetAtt"][0]
+        if function is not None and function not in functions:
+            code = template.resource(function)["Properties"]["FunctionCode"]
+            functions[function] = SOURCE.read_text(encoding="utf-8") if function == RESOURCE else code
+        behaviors.append(
+            {"pathPattern": behavior["PathPattern"], "allowedMethods": behavior["AllowedMethods"], "function": function}
+        )
+    return {"behaviors": behaviors, "functions": functions}
+
+
 class EdgeServer:
-    """``server.mjs`` as a child process, stopped with the context (or ``stop()``)."""
+    """``server.mjs`` as a child process, stopped with the context (or ``stop()``), applying
+    ``template``'s distribution (the checkout's by default)."""
 
     def __init__(
         self,
@@ -62,16 +88,18 @@ class EdgeServer:
         port: int = 0,
         kvs_port: int = 0,
         host: str = "127.0.0.1",
+        template: Template | None = None,
         origin_secret: str = "",
     ) -> None:
         path = node()
         if path is None:
             raise RuntimeError(MISSING)
         self.kvs_arn = KVS_ARN
+        config = json.dumps(distribution(template or Template.load()))
         command = [
             str(path),
             str(SERVER),
-            *("--function", str(FUNCTION), "--upstream", upstream, "--kvs-arn", KVS_ARN),
+            *("--distribution", config, "--upstream", upstream, "--kvs-arn", KVS_ARN),
             *("--host", host, "--port", str(port), "--kvs-port", str(kvs_port), "--exit-with-stdin"),
         ]
         # Our own script with our own arguments. Its stdin is a pipe only we hold: if this

@@ -1,8 +1,8 @@
-// Runs edge/press.js under Node.js as CloudFront Functions would: the very file that is
-// deployed, its one `import cf from 'cloudfront'` replaced by a stand-in `cf` whose
-// kvs() is the store given here, and its `import crypto from 'crypto'` (if any) by
-// Node's, whose createHash/createHmac the runtime's crypto module follows. Shared by
-// the unit tests and the local edge server.
+// Runs a CloudFront Function (edge/press.js, the template's EdgeDenyFunction) under Node.js
+// as CloudFront Functions would: the very code that is deployed, its `import cf from
+// 'cloudfront'` replaced by a stand-in `cf` whose kvs() is the store given here, and its
+// `import crypto from 'crypto'` (if any) by Node's, whose createHash/createHmac the
+// runtime's crypto module follows. Shared by the unit tests and the local edge server.
 import crypto from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
@@ -14,13 +14,26 @@ const CRYPTO = /^import crypto from 'crypto';[ \t]*$/m;
 // test can set the clock. The runtime runs functions in strict mode, so does this.
 export function loadFunction(path, kvs, { now } = {}) {
   const source = readFileSync(path, 'utf8');
-  if (source.match(new RegExp(IMPORT.source, 'gm'))?.length !== 1) {
+  if (imports(source) !== 1) {
     throw new Error(`${path}: expected exactly one line "import cf from 'cloudfront';"`);
+  }
+  return compileFunction(source, kvs, { now });
+}
+
+// The same from a function's code as the template holds it: a function that reads no
+// store (EdgeDenyFunction) has no import line, one that does has one.
+export function compileFunction(source, kvs, { now } = {}) {
+  if (imports(source) > 1) {
+    throw new Error(`expected at most one line "import cf from 'cloudfront';"`);
   }
   const cf = { kvs: () => kvs };
   const clock = now ? { now } : Date;
   const body = `'use strict';\n${source.replace(IMPORT, '').replace(CRYPTO, '')}\nreturn handler;`;
   return new Function('cf', 'crypto', 'Date', body)(cf, crypto, clock);
+}
+
+function imports(source) {
+  return source.match(new RegExp(IMPORT.source, 'gm'))?.length ?? 0;
 }
 
 // A key value store held in a Map of key -> value (a string, as the store keeps it).

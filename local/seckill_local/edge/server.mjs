@@ -1,20 +1,26 @@
-// The edge on this machine: a CloudFront Function in front of the local API, and an
-// in-memory stand-in of the KeyValueStore it reads, with the cloudfront-keyvaluestore
-// REST API (botocore's 2022-07-26 model) that the publisher writes through.
+// The edge on this machine: the distribution's cache behaviors and their CloudFront
+// Functions in front of the local API, and an in-memory stand-in of the KeyValueStore the
+// functions read, with the cloudfront-keyvaluestore REST API (botocore's 2022-07-26 model)
+// that the publisher writes through.
 //
-//   node server.mjs --function edge/press.js --upstream http://127.0.0.1:3000 \
-//        --port 8080 --kvs-port 8081 --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
+//   node server.mjs --distribution '{"behaviors": [...], "functions": {...}}' \
+//        --upstream http://127.0.0.1:3000 --port 8080 --kvs-port 8081 \
+//        --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
 //
+// --distribution is what seckill_local.edge.distribution() reads from template.yaml: the
+// behaviors in order ({pathPattern, allowedMethods, function}, the default's pattern "*"
+// last) and each function's code by name.
 // Port 0 picks a free port; the ready line names the ports bound. --exit-with-stdin ends
 // the server when its stdin closes: a parent that dies, even by SIGKILL, takes it along.
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { loadFunction, mapStore } from './cloudfront.mjs';
+import { compileFunction, mapStore } from './cloudfront.mjs';
+import { behaviorFor } from './distribution.mjs';
 
 const { values: args } = parseArgs({
   options: {
-    function: { type: 'string' },
+    distribution: { type: 'string' },
     upstream: { type: 'string' },
     port: { type: 'string', default: '0' },
     'kvs-port': { type: 'string', default: '0' },
@@ -25,7 +31,7 @@ const { values: args } = parseArgs({
 });
 // Set by seckill-local start-api --edge: the secret the local API's authorizer requires.
 const ORIGIN_SECRET = process.env.SECKILL_ORIGIN_SECRET ?? '';
-for (const name of ['function', 'upstream', 'kvs-arn']) {
+for (const name of ['distribution', 'upstream', 'kvs-arn']) {
   if (!args[name]) {
     console.error(`server.mjs: --${name} is required`);
     process.exit(2);
@@ -212,23 +218,37 @@ const kvsServer = http.createServer(async (req, res) => {
 
 // ---- The viewer side -------------------------------------------------------
 
-const handler = loadFunction(args.function, mapStore(store.items));
+const distribution = JSON.parse(args.distribution);
+const kvs = mapStore(store.items);
+const functions = new Map(
+  Object.entries(distribution.functions).map(([name, code]) => [name, compileFunction(code, kvs)]),
+);
 const upstream = new URL(args.upstream);
 const agent = new http.Agent({ keepAlive: true });
 // Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, not to the request.
 const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
 
-function viewerRequest(req) {
-  const url = new URL(req.url, 'http://viewer');
-  const querystring = {};
+// The request target's path and query as sent: no URL parser, which would resolve dot
+// segments that CloudFront passes on (distribution.mjs).
+function splitTarget(target) {
+  const at = target.indexOf('?');
+  return at < 0 ? [target, ''] : [target.slice(0, at), target.slice(at + 1)];
+}
+
+// Every map a viewer names the keys of has no prototype: a header, parameter or cookie
+// called __proto__ is one more entry, not a write to Object.prototype.
+const entries = () => Object.create(null);
+
+function viewerRequest(req, uri, search) {
+  const querystring = entries();
   // Values as they came on the wire, as CloudFront hands them to a function.
-  for (const pair of url.search.slice(1).split('&').filter(Boolean)) {
+  for (const pair of search.split('&').filter(Boolean)) {
     const at = pair.indexOf('=');
     const [name, value] = at < 0 ? [pair, ''] : [pair.slice(0, at), pair.slice(at + 1)];
     add(querystring, name, value);
   }
-  const headers = {};
-  const cookies = {};
+  const headers = entries();
+  const cookies = entries();
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     const name = req.rawHeaders[i].toLowerCase();
     const value = req.rawHeaders[i + 1];
@@ -241,7 +261,7 @@ function viewerRequest(req) {
       add(headers, name, value);
     }
   }
-  return { method: req.method, uri: url.pathname, querystring, headers, cookies };
+  return { method: req.method, uri, querystring, headers, cookies };
 }
 
 // Repeated names: the first value, and all of them in multiValue (CloudFront's shape).
@@ -261,7 +281,7 @@ async function forward(req, res, request) {
   const query = Object.entries(request.querystring ?? {}).flatMap(([name, entry]) =>
     values(entry).map((value) => (value === '' ? name : `${name}=${value}`)),
   );
-  const headers = {};
+  const headers = entries();
   for (const [name, entry] of Object.entries(request.headers ?? {})) headers[name] = values(entry).join(', ');
   const cookies = Object.entries(request.cookies ?? {}).flatMap(([name, entry]) => values(entry).map((v) => `${name}=${v}`));
   if (cookies.length) headers.cookie = cookies.join('; ');
@@ -284,7 +304,7 @@ async function forward(req, res, request) {
   };
   const attempt = (retry) => {
     const out = http.request(options, (answer) => {
-      const back = {};
+      const back = entries();
       for (const [name, value] of Object.entries(answer.headers)) if (!HOP.has(name)) back[name] = value;
       res.writeHead(answer.statusCode, back);
       answer.pipe(res);
@@ -301,7 +321,7 @@ async function forward(req, res, request) {
 }
 
 function answer(req, res, response) {
-  const headers = {};
+  const headers = entries();
   for (const [name, entry] of Object.entries(response.headers ?? {})) headers[name] = values(entry);
   const cookies = Object.entries(response.cookies ?? {}).map(([name, entry]) => `${name}=${entry.value}`);
   if (cookies.length) headers['set-cookie'] = cookies;
@@ -311,7 +331,20 @@ function answer(req, res, response) {
   send(res, response.statusCode, headers, body);
 }
 
+// CloudFront's own refusal of a method the behavior does not allow: 403 "Invalid method"
+// (docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/http-403-invalid-method.html).
+function refuseMethod(req, res) {
+  req.resume();
+  send(res, 403, { 'content-type': 'text/html' }, '403 ERROR: the request could not be satisfied (invalid method)');
+}
+
 const viewerServer = http.createServer(async (req, res) => {
+  const [uri, search] = splitTarget(req.url);
+  const behavior = behaviorFor(distribution.behaviors, uri);
+  if (!behavior.allowedMethods.includes(req.method)) {
+    refuseMethod(req, res);
+    return;
+  }
   const event = {
     version: '1.0',
     context: {
@@ -321,8 +354,9 @@ const viewerServer = http.createServer(async (req, res) => {
       requestId: randomUUID(),
     },
     viewer: { ip: req.socket.remoteAddress },
-    request: viewerRequest(req),
+    request: viewerRequest(req, uri, search),
   };
+  const handler = behavior.function ? functions.get(behavior.function) : (e) => e.request;
   let result;
   try {
     result = await handler(event);
