@@ -26,7 +26,6 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pymysql
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -110,6 +109,13 @@ def migrate_when_ready(settings: Settings, deadline: float) -> Credentials:
             delay = min(delay * 2, MAX_RETRY_DELAY_SECONDS)
 
 
+def secretsmanager() -> Any:
+    """A Secrets Manager client, made only when a deployment needs one (boto3 is most of an init)."""
+    import boto3
+
+    return boto3.client("secretsmanager")
+
+
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = event.get("RequestType", "")
@@ -127,7 +133,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         if request in {"Create", "Update"}:
             creds = migrate_when_ready(settings, deadline)
             pass_keys = os.environ.get("PASS_KEYS_SECRET_ARN", "")
-            if pass_keys and ensure_ring(boto3.client("secretsmanager"), pass_keys):
+            if pass_keys and ensure_ring(secretsmanager(), pass_keys):
                 logger.info("draw pass key ring created")
             reply.send(SUCCESS, f"schema applied to {creds.database}", {"Database": creds.database})
         elif request == "Delete":

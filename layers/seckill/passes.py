@@ -79,7 +79,8 @@ def token_hash(token: str) -> str:
 
 
 def _signature(key: bytes, text: str) -> str:
-    digest = hmac.new(key, text.encode("ascii"), hashlib.sha256).digest()
+    # hmac.digest: one call into OpenSSL, several times cheaper than hmac.new on every press.
+    digest = hmac.digest(key, text.encode("ascii"), "sha256")
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 

@@ -1,15 +1,14 @@
 """The draw passes' key ring in AWS (seckill.passes): the deployment gives the secret its
 first ring and never rotates one, and the functions read it from Secrets Manager
-(moto's Secrets Manager in process: no local equivalent)."""
+(the suite's moto server's: no local equivalent)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from seckill import passes
 from seckill.passes import KeyRing
@@ -18,13 +17,16 @@ from tests.helpers import load_event
 
 
 @pytest.fixture
-def secretsmanager() -> Iterator[Any]:
-    with mock_aws():
-        yield boto3.client("secretsmanager", region_name="us-east-1")
+def secretsmanager(sqs_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Secrets Manager on the suite's moto server (never moto's in-process mock: it would
+    reset the server's queues under the other tests)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", sqs_endpoint)
+    return boto3.client("secretsmanager", region_name="us-east-1")
 
 
 def test_the_placeholder_becomes_a_ring_once_and_a_ring_is_left_alone(secretsmanager: Any) -> None:
-    arn = secretsmanager.create_secret(Name="pass-keys", SecretString="RandomPlaceholder0123456789abcdef")["ARN"]
+    name = f"pass-keys-{uuid.uuid4().hex}"
+    arn = secretsmanager.create_secret(Name=name, SecretString="RandomPlaceholder0123456789abcdef")["ARN"]
     assert passes.ensure_ring(secretsmanager, arn)
     ring = KeyRing.from_json(secretsmanager.get_secret_value(SecretId=arn)["SecretString"])
     assert len(ring.keys[ring.active]) == 32
