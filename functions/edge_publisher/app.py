@@ -5,6 +5,8 @@ batch is written in one go (seckill.edge.publisher): one read of the store, one 
 of what it lacks. A malformed record is a batch item failure, and so is every record
 of a batch whose write failed: SQS retries them, and after maxReceiveCount moves them
 to EdgeStateDeadLetterQueue; the reconciler's next sweep sends every state again.
+Each invocation (a batch, or the PassKeys schedule's) first copies the draw's pass keys
+to the store's `pass-keys` when they changed (seckill.edge.passkeys).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill import passes
+from seckill.edge import passkeys
 from seckill.edge.publisher import Publisher, kvs_client
 from seckill.edge.state import EdgeState, MalformedState, Sweep, parse_message
 from seckill.infra.config import Settings
@@ -28,10 +32,35 @@ warnings.filterwarnings("ignore", "No application metrics to publish", UserWarni
 settings = Settings.from_env()
 publisher = Publisher(kvs_client(), settings.edge_kvs_arn)
 
+# The `pass-keys` value this container last found or wrote in the store: a batch skips
+# the store's calls while the ring has not changed; the schedule's run always asks it.
+confirmed: dict[str, str] = {}
+
+
+def publish_pass_keys(*, ask_store: bool) -> None:
+    """The ring's keys to the store if they changed; never fails the batch (logged and
+    counted: the next invocation tries again)."""
+    try:
+        ring = passes.load_ring()
+        if ring is None:
+            return
+        text = passkeys.value(ring)
+        if not ask_store and confirmed.get(passkeys.KEY) == text:
+            return
+        written = passkeys.publish(publisher, text)
+        confirmed[passkeys.KEY] = text
+        if written:
+            logger.info("pass keys published", extra={"bytes": len(text)})
+    except Exception:
+        logger.exception("the pass keys could not be published")
+        metrics.add_metric(name="PassKeysNotPublished", unit=MetricUnit.Count, value=1)
+
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    records = "Records" in event
+    publish_pass_keys(ask_store=not records)
     failed: list[str] = []
     messages: list[EdgeState | Sweep] = []
     ids: list[str] = []
@@ -48,7 +77,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
         logger.exception("the store was not written", extra={"records": len(ids)})
         failed.extend(ids)
     else:
-        metrics.add_metric(name="EdgeStatesWritten", unit=MetricUnit.Count, value=len(published.written))
-        metrics.add_metric(name="EdgeStatesStale", unit=MetricUnit.Count, value=published.stale)
-        logger.info("edge states", extra={"written": published.written, "stale": published.stale})
+        if records:
+            metrics.add_metric(name="EdgeStatesWritten", unit=MetricUnit.Count, value=len(published.written))
+            metrics.add_metric(name="EdgeStatesStale", unit=MetricUnit.Count, value=published.stale)
+            logger.info("edge states", extra={"written": published.written, "stale": published.stale})
     return {"batchItemFailures": [{"itemIdentifier": i} for i in failed]}

@@ -7,6 +7,8 @@ the event's pre-signed ``ResponseURL``. Every path replies exactly once:
   credentials from ``DB_SECRET_ARN``, retrying connection errors while RDS
   Proxy may still be registering its target; an error that outlasts the
   retries replies FAILED with its reason, so the stack rolls back.
+- Create / Update also give the draw passes' secret its first key ring
+  (``seckill.passes.ensure_ring``) while it holds none.
 - Delete replies SUCCESS without touching the database: the data outlives the
   schema resource (the instance has its own deletion policy).
 - A watchdog replies FAILED shortly before the function would time out, in
@@ -16,6 +18,7 @@ the event's pre-signed ``ResponseURL``. Every path replies exactly once:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -30,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, credentials
 from seckill.migrate import migrate
+from seckill.passes import ensure_ring
 
 logger = Logger()
 
@@ -105,6 +109,13 @@ def migrate_when_ready(settings: Settings, deadline: float) -> Credentials:
             delay = min(delay * 2, MAX_RETRY_DELAY_SECONDS)
 
 
+def secretsmanager() -> Any:
+    """A Secrets Manager client, made only when a deployment needs one (boto3 is most of an init)."""
+    import boto3
+
+    return boto3.client("secretsmanager")
+
+
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = event.get("RequestType", "")
@@ -121,6 +132,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     try:
         if request in {"Create", "Update"}:
             creds = migrate_when_ready(settings, deadline)
+            pass_keys = os.environ.get("PASS_KEYS_SECRET_ARN", "")
+            if pass_keys and ensure_ring(secretsmanager(), pass_keys):
+                logger.info("draw pass key ring created")
             reply.send(SUCCESS, f"schema applied to {creds.database}", {"Database": creds.database})
         elif request == "Delete":
             reply.send(SUCCESS, "schema left in place")

@@ -2,7 +2,8 @@
 
 Routes come from the template's HttpApi events. A route behind the default
 authorizer runs AuthorizerFunction first (payload 2.0, simple responses,
-cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
+cached for ReauthorizeEvery seconds per token and origin header, the two headers it
+reads: with the edge API Gateway caches nothing, seckill.origin). An
 authorizer that fails (raises, times out, or answers without a boolean
 ``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
 and nothing is cached.
@@ -33,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from seckill.origin import HEADER as ORIGIN_HEADER
 from seckill_local.lambdas import FunctionPool
 from seckill_local.sigv4 import Verifier, local_credentials
 from seckill_local.sqs import local_region
@@ -74,34 +76,35 @@ class LocalHttpApi:
             if route.auth == "AWS_IAM":
                 caller = self.verifier.caller(method, target, headers, body)
                 if caller is None:
-                    return _gateway(403, "Forbidden")
+                    return gateway(403, "Forbidden")
                 authorizer = {"iam": iam_context(caller)}
             elif route.auth != "NONE" and self.authorizer is not None:
                 token = headers.get("authorization")
                 if not token:
-                    return _gateway(401, "Unauthorized")
+                    return gateway(401, "Unauthorized")
                 try:
                     context = self._authorize(token, event)
                 except Exception:
-                    return _gateway(500, "Internal Server Error")
+                    return gateway(500, "Internal Server Error")
                 if context is None:
-                    return _gateway(403, "Forbidden")
+                    return gateway(403, "Forbidden")
                 authorizer = {"lambda": context}
             if authorizer:
                 event["requestContext"]["authorizer"] = authorizer
             try:
                 result = self.pools[fn.logical_id].invoke(event)
             except Exception:
-                return _gateway(500, "Internal Server Error")
+                return gateway(500, "Internal Server Error")
             return _http_response(result)
-        return _gateway(404, "Not Found")
+        return gateway(404, "Not Found")
 
     def _authorize(self, token: str, event: dict[str, Any]) -> dict[str, Any] | None:
         assert self.authorizer is not None
         function, ttl = self.authorizer
         now = time.monotonic()
+        identity = f"{token}\n{event['headers'].get(ORIGIN_HEADER, '')}"
         with self._lock:
-            cached = self._auth_cache.get(token)
+            cached = self._auth_cache.get(identity)
         if cached is not None and cached[0] > now:
             return cached[1]
         request = dict(event, type="REQUEST", identitySource=[token])
@@ -114,7 +117,7 @@ class LocalHttpApi:
         context = (answer.get("context") or {}) if answer["isAuthorized"] else None
         if ttl > 0:
             with self._lock:
-                self._auth_cache[token] = (now + ttl, context)
+                self._auth_cache[identity] = (now + ttl, context)
         return context
 
     @staticmethod
@@ -172,9 +175,11 @@ def joined(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return values
 
 
-def _gateway(status: int, message: str) -> Answer:
-    """API Gateway's own answers (before or instead of the function)."""
-    return status, {"content-type": "application/json"}, json.dumps({"message": message}).encode()
+def gateway(status: int, message: str) -> Answer:
+    """API Gateway's own answers (before or instead of the function), compact as it sends
+    them: `{"message":"Unauthorized"}`, byte for byte what the edge gives a draw (edge/press.js)."""
+    body = json.dumps({"message": message}, separators=(",", ":")).encode()
+    return status, {"content-type": "application/json"}, body
 
 
 def _http_response(result: Any) -> Answer:
@@ -230,7 +235,7 @@ def make_server(api: Handles, host: str, port: int, *, verbose: bool = False) ->
                 # API Gateway's 400 for a body it cannot delimit: the rest of the connection
                 # cannot be parsed either, so it is closed.
                 self.close_connection = True
-                self._answer(*_gateway(400, "Bad Request"))
+                self._answer(*gateway(400, "Bad Request"))
                 return
             headers.pop("transfer-encoding", None)  # hop-by-hop: the body is whole now
             self._answer(*api.handle(self.command, self.path, headers, body))

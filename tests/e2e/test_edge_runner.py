@@ -1,6 +1,7 @@
 """``seckill-local start-api --edge``: the local edge in front of the runner's own HTTP API,
-as a user starts it. What the edge does not answer is answered by the API exactly as
-on the API's own port; what it answers never reaches the API."""
+as a user starts it. What the edge does not answer is answered by the API; what it
+answers never reaches the API; and a user route called on the API's own port, around
+the edge, is refused (the origin header only the edge adds)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,29 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
 
+from seckill.edge import passkeys
+from seckill.edge.publisher import Publisher
+from seckill.edge.state import claim
+from seckill.infra import keys
 from seckill.infra.db import Credentials
+from seckill.infra.lua_scripts import Scripts
+from seckill.passes import KeyRing
 from seckill_local.checkout import ROOT
 from seckill_local.edge import KVS_ARN, local_kvs_client
-from seckill_local.lambdas import local_parameters
+from seckill_local.lambdas import DEV_PASS_KEYS, local_parameters
 from seckill_local.ports import free_port
 from seckill_local.sqs import ensure_queues
 from seckill_local.template import Template
 from tests.e2e.test_deployed_sale import SECKILL_LOCAL, wait_ready
-from tests.helpers import new_user
+from tests.e2e.test_local_runner import delete_queues_with_prefix
+from tests.helpers import iso, new_user, seckill_voucher_body, signed
 
 pytestmark = pytest.mark.e2e
 
@@ -72,9 +82,10 @@ def test_the_edge_passes_on_what_it_does_not_answer_and_answers_a_sold_out_press
     listed = both("GET", "/voucher/list/1?current=1")
     assert listed[0] == listed[1]
     assert listed[0][0] == 200
+    forbidden = (403, None, b'{"message":"Forbidden"}')
     pressed = both("POST", f"/voucher-order/seckill/{voucher_id}", headers={"authorization": token})
-    assert pressed[0] == pressed[1]
     assert pressed[0][0] == 404  # VOUCHER_NOT_FOUND, from the function
+    assert pressed[1] == forbidden  # around the edge
 
     kvs = local_kvs_client(fronted["kvs"])
     now = int(time.time() * 1000)
@@ -85,6 +96,106 @@ def test_the_edge_passes_on_what_it_does_not_answer_and_answers_a_sold_out_press
     edge, api = both("POST", f"/voucher-order/seckill/{voucher_id}", headers={"authorization": token})
     assert edge[:2] == (409, "1")
     assert json.loads(edge[2])["code"] == "SOLD_OUT"
-    assert api[0] == 404  # the API never heard of the state: the edge answered
+    assert api == forbidden
     stats = json.loads(http.request("GET", f"{fronted['kvs']}/__edge/stats").data)
     assert (stats["answered"], stats["failed"]) == (1, 0)
+
+
+def test_the_publishers_schedule_puts_the_pass_keys_in_the_edges_store(
+    fronted: dict[str, str], tmp_path: Path, creds: Credentials, sqs_endpoint: str, sqs: Any
+) -> None:
+    """``schedule --once --edge``: EdgePublisherFunction's minute schedule, the ring's keys
+    (SECKILL_PASS_KEYS) copied to `pass-keys` without `active`."""
+    ring = {"active": "k2", "keys": {"k1": "a1" * 32, "k2": "b2" * 32}}
+    env_file = tmp_path / "env.json"
+    parameters = local_parameters(os.environ["REDIS_URL"], creds) | {"SECKILL_PASS_KEYS": json.dumps(ring)}
+    env_file.write_text(json.dumps({"Parameters": parameters}), encoding="utf-8")
+    prefix = f"p{uuid.uuid4().hex[:8]}-"
+    command = [str(SECKILL_LOCAL), "schedule", "--once", "--edge", "--kvs-endpoint", fronted["kvs"]]
+    command += ["--env-vars", str(env_file), "--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)  # noqa: S603
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+    assert done.returncode == 0, done.stderr
+    ran = {json.loads(line)["function"] for line in done.stdout.splitlines() if line.startswith("{")}
+    assert ran == {"ReconcilerFunction", "EdgePublisherFunction"}
+    kvs = local_kvs_client(fronted["kvs"])
+    stored = kvs.get_key(KvsARN=KVS_ARN, Key="pass-keys")["Value"]
+    assert json.loads(stored) == {"keys": ring["keys"]}
+
+
+def test_the_edge_answers_every_draw_refusal_as_the_function_does(
+    fronted: dict[str, str], mint: Callable[[int], str], redis: Any, scripts: Scripts
+) -> None:
+    """Each draw refusal answered at the edge, then the same press forwarded (the store
+    without the voucher's entry: the edge unsure) and answered by the local API and its
+    function: the same status, content type and body, byte for byte."""
+    http = urllib3.PoolManager(retries=False, timeout=30)
+    kvs = local_kvs_client(fronted["kvs"])
+    publisher = Publisher(kvs, KVS_ARN)
+    passkeys.publish(publisher, passkeys.value(KeyRing.from_json(DEV_PASS_KEYS)))  # the local API's ring
+    user_id = new_user()
+    token = mint(user_id)
+    now = datetime.now(UTC)
+    body = seckill_voucher_body(
+        new_user(),
+        stock=1,
+        beginTime=iso(now + timedelta(hours=1)),
+        endTime=iso(now + timedelta(hours=2)),
+        admission="draw",
+        drawCloseSeconds=60,
+    )
+    url, data = f"{fronted['api']}/voucher/seckill", json.dumps(body).encode()
+    created = http.request(
+        "POST", url, body=data, headers=signed("POST", url, data, {"content-type": "application/json"})
+    )
+    assert created.status == 201, created.data
+    voucher_id = json.loads(created.data)["data"]
+    press = f"{fronted['edge']}/voucher-order/seckill/{voucher_id}"
+    try:
+        entered = http.request("POST", f"{press}/entry", headers={"authorization": token})
+        assert entered.status == 200, entered.data
+        shown = json.loads(entered.data)["data"]["pass"]
+
+        def both(headers: dict[str, str]) -> list[tuple[int, str, bytes]]:
+            """The press answered at the edge, then by the function behind it."""
+            state = claim(scripts, voucher_id, again=True)
+            assert state is not None
+            publisher.publish(state)
+            at_edge = http.request("POST", press, headers=headers)
+            assert at_edge.headers.get("x-seckill-edge") == "1", at_edge.data
+            etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
+            kvs.delete_key(KvsARN=KVS_ARN, Key=str(voucher_id), IfMatch=etag)
+            behind = http.request("POST", press, headers=headers)
+            assert behind.headers.get("x-seckill-edge") is None, behind.data
+            return [(a.status, a.headers["content-type"], a.data) for a in (at_edge, behind)]
+
+        with_pass = {"authorization": token, "x-seckill-pass": shown}
+        now_ms = int(time.time() * 1000)
+        seen: dict[str, bytes] = {}
+        # Each step leaves the sale where the next refusal is the first that applies.
+        steps: list[tuple[str, dict[str, str], Callable[[], object]]] = [
+            ("UNAUTHORIZED", {}, lambda: None),
+            ("NO_PASS", {"authorization": token}, lambda: None),
+            # The draw closed admitting no one, then a wave admitted everyone.
+            ("NOT_ADMITTED", with_pass, lambda: redis.zadd(keys.cursor(voucher_id), {"0" * 17: now_ms - 20_000})),
+            ("NOT_STARTED", with_pass, lambda: redis.zadd(keys.cursor(voucher_id), {"1" + "f" * 16: now_ms - 10_000})),
+            # Opened a minute ago, and the unit sold.
+            ("SOLD_OUT", with_pass, lambda: (redis.hset(keys.window(voucher_id), "begin", now_ms - 60_000),
+                                              redis.set(keys.stock(voucher_id), 0))),
+        ]  # fmt: skip
+        for code, headers, make in steps:
+            make()
+            at_edge, behind = both(headers)
+            assert at_edge == behind, code
+            seen[code] = at_edge[2]
+        stop = f"{fronted['api']}/voucher/seckill/{voucher_id}/stop"
+        assert http.request("POST", stop, headers=signed("POST", stop)).status == 200
+        at_edge, behind = both(with_pass)
+        assert at_edge == behind
+        seen["ENDED"] = at_edge[2]
+    finally:
+        redis.delete(*keys.gate_keys(voucher_id), keys.edge(voucher_id))
+    assert seen.pop("UNAUTHORIZED") == b'{"message":"Unauthorized"}'
+    assert {code: json.loads(answer)["code"] for code, answer in seen.items()} == {code: code for code in seen}

@@ -6,6 +6,7 @@ repairs when Redis forgot what it had published."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -16,10 +17,12 @@ from typing import Any
 
 import pytest
 
+from seckill.edge import passkeys
 from seckill.edge.publisher import Publisher, StoreBusy, kvs_client
 from seckill.edge.state import KEPT_AFTER_END, EdgeState, Noticed, StateQueue
 from seckill.infra import keys
 from seckill.infra.lua_scripts import Scripts
+from seckill.passes import KeyRing
 from seckill.press.gate import Gate, Reservation
 from seckill_local.checkout import ROOT
 from seckill_local.edge import EdgeServer, local_kvs_client
@@ -167,15 +170,20 @@ def test_the_client_signs_with_sigv4a(monkeypatch: pytest.MonkeyPatch) -> None:
     assert request.url.startswith("https://123456789012.cloudfront-kvs.global.api.aws/")
 
 
-@pytest.fixture
-def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """EdgePublisherFunction's module, imported as the runtime would, on the local store
-    (its template resource is the stack's; the code is all this needs)."""
+def publisher_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """EdgePublisherFunction's module, imported afresh as the runtime would, under the
+    environment set (its template resource is the stack's; the code is all this needs)."""
     fn = Function("EdgePublisherFunction", ROOT / "functions" / "edge_publisher", "app.lambda_handler", 30, {})
     with monkeypatch.context() as patch:
         patch.setattr(sys, "modules", dict(sys.modules))
         handler = load_handler(fn)
         return sys.modules[handler.__module__]
+
+
+@pytest.fixture
+def publisher_fn(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The publisher's module on the local store."""
+    return publisher_module(monkeypatch)
 
 
 def test_handler_writes_the_newest_and_fails_the_malformed(
@@ -385,3 +393,87 @@ def test_a_sweep_deletes_the_entries_of_sales_long_ended_and_nothing_else(
     assert states.notice(scripts, voucher_id) is Noticed.UNCHANGED
     assert Publisher(kvs, edge.kvs_arn).publish([replace(ended, voucher_id=900_007)]).deleted == []
     assert "900001" in publisher_fn.publisher.list_keys()
+
+
+RING = {"active": "k2", "keys": {"k2": "b2" * 32, "k1": "a1" * 32}}
+
+
+def ring(data: dict[str, Any]) -> KeyRing:
+    return KeyRing.from_json(json.dumps(data))
+
+
+def test_the_pass_keys_are_written_without_active_and_only_when_they_change(edge: EdgeServer, kvs: Any) -> None:
+    publisher = Publisher(kvs, edge.kvs_arn)
+    text = passkeys.value(ring(RING))
+    assert json.loads(text) == {"keys": RING["keys"]}
+    assert passkeys.publish(publisher, text) is True
+    assert stored(kvs, edge.kvs_arn, passkeys.KEY) == text
+    etag = kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"]
+    assert passkeys.publish(publisher, text) is False
+    assert kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"] == etag  # nothing written
+    retired = passkeys.value(ring({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}))
+    assert passkeys.publish(publisher, retired) is True
+    assert stored(kvs, edge.kvs_arn, passkeys.KEY) == retired
+
+
+def test_a_concurrent_write_fails_the_pass_keys_write(edge: EdgeServer, kvs: Any, other: Any) -> None:
+    before_each_put(kvs, lambda: write(other, edge.kvs_arn, "8", at(1).value()), times=1)
+    with pytest.raises(kvs.exceptions.ConflictException):
+        passkeys.publish(Publisher(kvs, edge.kvs_arn), passkeys.value(ring(RING)))
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        stored(kvs, edge.kvs_arn, passkeys.KEY)
+
+
+def keys(count: int) -> dict[str, Any]:
+    """A ring of ``count`` keys with 16-character ids, the longest there are."""
+    kids = [f"{i:016d}" for i in range(count)]
+    return {"active": kids[0], "keys": dict.fromkeys(kids, "a1" * 32)}
+
+
+def test_a_ring_over_a_store_value_is_refused() -> None:
+    with pytest.raises(passkeys.RingTooLarge):
+        passkeys.value(ring(keys(12)))
+
+
+def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
+    text = passkeys.value(ring(keys(11)))
+    assert len(text) == 956
+    assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) is True  # the store takes it
+
+
+@pytest.fixture
+def ring_publisher(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """EdgePublisherFunction's module with the ring in SECKILL_PASS_KEYS, as the runner gives it."""
+    monkeypatch.setenv("SECKILL_PASS_KEYS", json.dumps(RING))
+    return publisher_module(monkeypatch)
+
+
+def test_the_handler_publishes_the_pass_keys_on_its_schedule_and_with_each_batch(
+    ring_publisher: ModuleType, edge: EdgeServer, kvs: Any, other: Any, context: Any
+) -> None:
+    # The schedule's event (EventBridge Scheduler): no records.
+    assert ring_publisher.lambda_handler({}, context) == {"batchItemFailures": []}
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    # Someone replaced it: the next scheduled run puts it back.
+    write(other, edge.kvs_arn, passkeys.KEY, "{}")
+    ring_publisher.lambda_handler({}, context)
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    # A batch: the ring is published, and the states too.
+    write(other, edge.kvs_arn, passkeys.KEY, "{}")
+    ring_publisher.confirmed.clear()  # as in a new container
+    sample = "edge_publisher.json"
+    newer, _ = (r["body"] for r in load_event(sample)["Records"])
+    assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+
+
+def test_the_handler_never_fails_a_batch_for_the_pass_keys(
+    ring_publisher: ModuleType, edge: EdgeServer, kvs: Any, context: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECKILL_PASS_KEYS", "not a ring")
+    sample = "edge_publisher.json"
+    newer, _ = (r["body"] for r in load_event(sample)["Records"])
+    assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
+    assert stored(kvs, edge.kvs_arn, "1") == EdgeState.from_message(newer).value()
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        stored(kvs, edge.kvs_arn, passkeys.KEY)

@@ -33,10 +33,17 @@ UNUSED_AT_INIT: dict[str, set[str]] = {
     "TokenMinterFunction": {"boto3", "botocore.session", "pymysql", "pydantic", "aws_xray_sdk"},
     "MigratorFunction": {"boto3", "botocore.session", "redis", "pydantic", "aws_xray_sdk"},
     "ReconcilerFunction": {"boto3", "snapshot_restore_py", *XRAY},
+    "DrawClockFunction": {"boto3", "snapshot_restore_py", *XRAY},
     # Outside the VPC, its KeyValueStore client made at init: neither Redis nor MySQL.
     "EdgePublisherFunction": {"redis", "pymysql", "pydantic", "aws_xray_sdk", "snapshot_restore_py"},
 }
-TRACED = ("SeckillApiFunction", "OrderPersisterFunction", "OrderExpiryFunction", "ReconcilerFunction")
+TRACED = (
+    "SeckillApiFunction",
+    "OrderPersisterFunction",
+    "OrderExpiryFunction",
+    "ReconcilerFunction",
+    "DrawClockFunction",
+)
 
 
 def imported(template: Template, logical_id: str, **env: str) -> set[str]:

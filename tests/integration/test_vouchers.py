@@ -242,6 +242,8 @@ def test_create_ordinary_voucher_touches_no_redis(db: Database, redis: Any) -> N
 # --- list_vouchers -------------------------------------------------------------------------
 
 FIELDS = {
+    "admission",
+    "closesAt",
     "id",
     "shopId",
     "title",
@@ -290,9 +292,11 @@ def test_list_vouchers_of_a_shop(
         "beginTime": "2030-05-01T08:00:00.250Z",
         "endTime": "2030-05-01T10:00:00.250Z",
         "holdSeconds": 900,
+        "admission": "race",
+        "closesAt": None,
     }
     assert (ordinary["type"], ordinary["stock"], ordinary["beginTime"], ordinary["endTime"]) == (0, None, None, None)
-    assert ordinary["holdSeconds"] is None
+    assert (ordinary["holdSeconds"], ordinary["admission"], ordinary["closesAt"]) == (None, None, None)
     # The body is JSON as is.
     json.dumps(listed)
 

@@ -29,8 +29,9 @@ def test_round_trips() -> None:
     assert EdgeState.from_value(42, STATE.value()) == STATE
 
 
-def message(**changes: object) -> str:
-    data = json.loads(STATE.message())
+def message(state: EdgeState = STATE, **changes: object) -> str:
+    """The state's message with fields changed, or removed (None)."""
+    data = json.loads(state.message())
     data.update(changes)
     return json.dumps({k: v for k, v in data.items() if v is not None})
 
@@ -93,3 +94,59 @@ def test_the_same_sale_whatever_the_version() -> None:
 def test_the_edge_keeps_a_state_while_reconciliation_sweeps_it() -> None:
     """Else each sweep would write back what the one before deleted."""
     assert KEPT_AFTER_END >= ENDED_WITHIN
+
+
+DRAW = EdgeState(
+    voucher_id=42,
+    v=1_764_600_000_000,
+    begin=1_764_600_000_000,
+    end=1_764_603_600_000,
+    sold_out=False,
+    stopped=False,
+    draw=True,
+    moves=((1_764_599_940_000, "0" + "8" * 16), (1_764_600_010_000, "0" + "c" * 16)),
+)
+
+
+def test_a_draw_value_adds_draw_and_its_moves() -> None:
+    assert DRAW.value() == (
+        '{"v":1764600000000,"begin":1764600000000,"end":1764603600000,"soldOut":false,"stopped":false,'
+        '"draw":true,"moves":[[1764599940000,"08888888888888888"],[1764600010000,"0cccccccccccccccc"]]}'
+    )
+    assert EdgeState.from_message(DRAW.message()) == DRAW
+    assert EdgeState.from_value(42, DRAW.value()) == DRAW
+    # A draw whose cursor has not moved yet (the draw still open).
+    closed = replace(DRAW, moves=())
+    assert EdgeState.from_value(42, closed.value()) == closed
+    # The largest entry fits the store's 1 KB value.
+    full = replace(DRAW, moves=tuple((2**53 - 9 + i, "1" + "f" * 16) for i in range(8)))
+    assert len(full.value().encode()) < 1024
+
+
+def draw_message(**changes: object) -> str:
+    return message(DRAW, **changes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        draw_message(draw=None),  # moves without draw
+        draw_message(moves=None),  # draw without moves
+        draw_message(draw=False),
+        draw_message(draw=1),
+        draw_message(moves={}),
+        draw_message(moves=[[1, "0" + "8" * 16, 2]]),
+        draw_message(moves=[["1", "0" + "8" * 16]]),
+        draw_message(moves=[[True, "0" + "8" * 16]]),
+        draw_message(moves=[[-1, "0" + "8" * 16]]),
+        draw_message(moves=[[1, "0" + "8" * 15]]),
+        draw_message(moves=[[1, "0" + "A" * 16]]),
+        draw_message(moves=[[2, "0" + "8" * 16], [1, "0" + "c" * 16]]),  # not ascending
+        draw_message(moves=[[1, "0" + "8" * 16], [1, "0" + "c" * 16]]),
+        draw_message(moves=[[1, "0" + "c" * 16], [2, "0" + "8" * 16]]),  # the cursor moved back
+        draw_message(moves=[[i, "0" + "8" * 16] for i in range(9)]),  # more than an entry holds
+    ],
+)
+def test_refuses_a_malformed_draw(text: str) -> None:
+    with pytest.raises(MalformedState):
+        EdgeState.from_message(text)

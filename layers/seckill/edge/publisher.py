@@ -170,17 +170,31 @@ class Publisher:
         """The stored values by key: of the candidates' vouchers, one GetKey each, when
         that takes fewer calls than ListKeys' pages; else every key of the store."""
         if count is not None and len(candidates) <= math.ceil(count / PAGE):
-            return {str(v): value for v in candidates if (value := self._get(v)) is not None}
+            return {str(v): value for v in candidates if (value := self.get(str(v))) is not None}
         return self.list_keys()
 
-    def _get(self, voucher_id: int) -> str | None:
+    def get(self, key: str) -> str | None:
+        """One key's value; None when the store holds no such key."""
         try:
-            value: str = self.kvs.get_key(KvsARN=self.kvs_arn, Key=str(voucher_id))["Value"]
+            value: str = self.kvs.get_key(KvsARN=self.kvs_arn, Key=key)["Value"]
             return value
         except ClientError as error:
             if _code(error) == "ResourceNotFoundException":
                 return None
             raise
+
+    def put(self, key: str, value: str) -> bool:
+        """Writes one key that is no sale's state unless the store holds this very value:
+        True if it wrote. One GetKey when nothing changed; else the ETag, the key read
+        again under it, and one UpdateKeys. A concurrent write makes UpdateKeys fail (its
+        If-Match is stale): it raises, and the caller's next run writes."""
+        if self.get(key) == value:
+            return False
+        etag, _ = self._describe()
+        if self.get(key) == value:
+            return False
+        self.kvs.update_keys(KvsARN=self.kvs_arn, IfMatch=etag, Puts=[{"Key": key, "Value": value}])
+        return True
 
     def list_keys(self) -> dict[str, str]:
         """Every key of the store and its value, by pages of ``PAGE``."""

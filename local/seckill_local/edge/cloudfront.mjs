@@ -1,10 +1,13 @@
 // Runs a CloudFront Function (edge/press.js, the template's EdgeDenyFunction) under Node.js
 // as CloudFront Functions would: the very code that is deployed, its `import cf from
-// 'cloudfront'` replaced by a stand-in `cf` whose kvs() is the store given here. Shared by
-// the unit tests and the local edge server.
+// 'cloudfront'` replaced by a stand-in `cf` whose kvs() is the store given here, and its
+// `import crypto from 'crypto'` (if any) by Node's, whose createHash/createHmac the
+// runtime's crypto module follows. Shared by the unit tests and the local edge server.
+import crypto from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
 const IMPORT = /^import cf from 'cloudfront';[ \t]*$/m;
+const CRYPTO = /^import crypto from 'crypto';[ \t]*$/m;
 
 // The function's `async function handler(event)`. `kvs` has the runtime's async
 // get(key, {format}) and exists(key); `now` (optional) stands in for Date.now, so a
@@ -25,8 +28,8 @@ export function compileFunction(source, kvs, { now } = {}) {
   }
   const cf = { kvs: () => kvs };
   const clock = now ? { now } : Date;
-  const body = `'use strict';\n${source.replace(IMPORT, '')}\nreturn handler;`;
-  return new Function('cf', 'Date', body)(cf, clock);
+  const body = `'use strict';\n${source.replace(IMPORT, '').replace(CRYPTO, '')}\nreturn handler;`;
+  return new Function('cf', 'crypto', 'Date', body)(cf, crypto, clock);
 }
 
 function imports(source) {
