@@ -650,6 +650,7 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
         "OrderPersisterFunction": "OrderQueue",
         "OrderExpiryFunction": "OrderExpiryQueue",
         "EdgePublisherFunction": "EdgeStateQueue",
+        "DrawClockFunction": "DrawClockQueue",
     }
     queues = runner.queues()
 
