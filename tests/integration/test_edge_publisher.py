@@ -424,7 +424,7 @@ def test_a_concurrent_write_fails_the_pass_keys_write(edge: EdgeServer, kvs: Any
         stored(kvs, edge.kvs_arn, passkeys.KEY)
 
 
-def keys(count: int) -> dict[str, Any]:
+def ring_of(count: int) -> dict[str, Any]:
     """A ring of ``count`` keys with 16-character ids, the longest there are."""
     kids = [f"{i:016d}" for i in range(count)]
     return {"active": kids[0], "keys": dict.fromkeys(kids, "a1" * 32)}
@@ -432,11 +432,11 @@ def keys(count: int) -> dict[str, Any]:
 
 def test_a_ring_over_a_store_value_is_refused() -> None:
     with pytest.raises(passkeys.RingTooLarge):
-        passkeys.value(ring(keys(12)))
+        passkeys.value(ring(ring_of(12)))
 
 
 def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
-    text = passkeys.value(ring(keys(11)))
+    text = passkeys.value(ring(ring_of(11)))
     assert len(text) == 956
     assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) is True  # the store takes it
 
