@@ -78,6 +78,20 @@ def test_add_seckill_voucher_naive_times_read_in_the_configured_zone(
     assert datetime.fromisoformat(listed["beginTime"]) == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
+def test_add_seckill_voucher_takes_a_lowercase_t_and_z(
+    call: Callable[[dict[str, Any]], dict[str, Any]], created_vouchers: list[int]
+) -> None:
+    # RFC 3339 allows "t" and "z"; both times are read as their uppercase spelling.
+    shop_id = random.randint(10**12, 10**15)
+    payload = seckill_voucher_body(shop_id, beginTime="2031-01-02t03:04:05z", endTime="2031-01-02T05:00:00.5z")
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", payload))
+    assert response["statusCode"] == 201, response
+    created_vouchers.append(body(response)["data"])
+    (listed,) = body(call(list_event(shop_id)))["data"]
+    assert listed["beginTime"] == "2031-01-02T03:04:05.000Z"
+    assert listed["endTime"] == "2031-01-02T05:00:00.500Z"
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
