@@ -131,11 +131,14 @@ class _Locked:
     now: datetime  # the database's clock when ``order.state`` was judged (naive UTC)
 
 
-def _lock(cursor: DictCursor, order_id: int) -> _Locked | None:
-    """The stored order under its voucher's row lock, then its own."""
-    cursor.execute("SELECT voucher_id FROM tb_voucher_order WHERE id = %s", (order_id,))
+def _lock(cursor: DictCursor, order_id: int, user_id: int | None = None) -> _Locked | None:
+    """The stored order (only if it is ``user_id``'s, unless None) under its voucher's row
+    lock, then its own. The owner is checked first by a plain read (an order's user never
+    changes): order ids are guessable, and another user's call must neither wait for the
+    voucher's row nor hold it up for the persister."""
+    cursor.execute("SELECT voucher_id, user_id FROM tb_voucher_order WHERE id = %s", (order_id,))
     row = cursor.fetchone()
-    if row is None:
+    if row is None or user_id not in (None, int(row["user_id"])):
         return None
     # A voucher id never changes, so this lock is the one the order's writers take.
     cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (row["voucher_id"],))
@@ -252,8 +255,8 @@ def cancel(
     unit back on sale; or why not. Another user's order is not found, as an unknown one."""
 
     def decide(cursor: DictCursor) -> Order | None:
-        locked = _lock(cursor, order_id)
-        if locked is None or locked.order.user_id != user_id:
+        locked = _lock(cursor, order_id, user_id)
+        if locked is None:
             return None
         if locked.status == UNPAID:
             return _close(cursor, locked.order, EXPIRED if locked.order.state == EXPIRED else CANCELLED)

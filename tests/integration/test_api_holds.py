@@ -4,6 +4,7 @@ states, through the ``events/`` files, against real Redis, MariaDB and moto SQS.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -220,6 +221,37 @@ def test_cancel_of_another_users_order_is_answered_as_an_unknown_one(
     assert body(unknown)["code"] == "ORDER_NOT_FOUND"
     answer(call(cancel_event(order_id, None)), 401, "UNAUTHORIZED")
     assert answer(call(cancel_event("x", 1)), 400, "BAD_REQUEST")["errorMsg"].startswith("orderId")
+    assert stocks(db, redis, voucher_id) == (1, 1)
+
+
+def test_another_users_cancel_is_not_found_without_waiting_for_the_voucher_lock(
+    call: Call, sold: Sold, creds: Credentials, db: Database, redis: Any
+) -> None:
+    voucher_id, order_id, _ = sold()
+    holder = Database(creds)  # a transaction of its own holds the voucher's row, as a persister would
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row(cursor: Any) -> None:
+        cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
+        locked.set()
+        release.wait(60)
+
+    holding = threading.Thread(target=holder.run, args=(hold_the_row,))
+    holding.start()
+    try:
+        assert locked.wait(30)
+        answers: list[dict[str, Any]] = []
+        stranger = threading.Thread(target=lambda: answers.append(call(cancel_event(order_id, new_user()))))
+        stranger.start()
+        # The row stays locked until the stranger is answered: a cancel that locked
+        # before checking the owner would wait for it (and end in a lock wait timeout).
+        stranger.join(timeout=30)
+        assert not stranger.is_alive(), "another user's cancel waited for the voucher's row lock"
+    finally:
+        release.set()
+        holding.join(timeout=60)
+        holder.close()
+    answer(answers[0], 404, "ORDER_NOT_FOUND")
     assert stocks(db, redis, voucher_id) == (1, 1)
 
 
