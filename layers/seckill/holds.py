@@ -13,8 +13,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
+import pymysql
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pymysql.constants import ER
 from pymysql.cursors import DictCursor
 
 from seckill import hints
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNPAID, PAID_STATUS, CLOSED_STATUS = 1, 2, 4  # hm-dianping's tb_voucher_order.status
 ALREADY_PAID = "ALREADY_PAID"
+PAYMENT_USED = "PAYMENT_USED"
 
 NOT_FOUND = Refusal(404, "ORDER_NOT_FOUND", "order not found")
 REFUSALS = {
@@ -40,6 +43,7 @@ REFUSALS = {
     EXPIRED: Refusal(409, EXPIRED, "the order's payment deadline has passed"),
     CANCELLED: Refusal(409, CANCELLED, "the order was cancelled"),
     ALREADY_PAID: Refusal(409, ALREADY_PAID, "the order was paid by another payment"),
+    PAYMENT_USED: Refusal(409, PAYMENT_USED, "this payment has paid another order"),
 }
 
 
@@ -224,10 +228,17 @@ def pay(
             return _close(cursor, order, EXPIRED)
         if locked.status == UNPAID:
             # Stamped with the clock that judged it payable: never after its deadline.
-            cursor.execute(
-                "UPDATE tb_voucher_order SET status = %s, pay_time = %s, payment_id = %s WHERE id = %s",
-                (PAID_STATUS, locked.now, payment_id, order_id),
-            )
+            try:
+                cursor.execute(
+                    "UPDATE tb_voucher_order SET status = %s, pay_time = %s, payment_id = %s WHERE id = %s",
+                    (PAID_STATUS, locked.now, payment_id, order_id),
+                )
+            except pymysql.err.IntegrityError as exc:
+                # uk_payment: the payment paid another order (of any voucher, so under
+                # another lock: the unique key, not a read, is what decides).
+                if exc.args[0] != ER.DUP_ENTRY:
+                    raise
+                return REFUSALS[PAYMENT_USED]
             return replace(order, state=PAID, paid_at=from_db(locked.now), payment_id=payment_id)
         if order.state == PAID and order.payment_id != payment_id:
             return REFUSALS[ALREADY_PAID]

@@ -22,6 +22,7 @@ from tests.helpers import (
     db_rows,
     new_user,
     payment_event,
+    payment_of,
     persist,
     seckill_event,
     status_event,
@@ -86,7 +87,7 @@ def test_a_payment_pays_once_and_the_status_route_shows_it(call: Call, sold: Sol
     assert confirmed["status"] == "CONFIRMED"
     assert confirmed["paidAt"] is None
 
-    paid = answer(call(payment_event(order_id, "pay-1")), 200)["data"]
+    paid = answer(call(payment_event(order_id)), 200)["data"]
     assert {k: paid[k] for k in ("orderId", "voucherId", "userId", "status", "payBy")} == {
         "orderId": order_id,
         "voucherId": voucher_id,
@@ -96,11 +97,19 @@ def test_a_payment_pays_once_and_the_status_route_shows_it(call: Call, sold: Sol
     }
     assert datetime.fromisoformat(paid["paidAt"]) < datetime.fromisoformat(paid["payBy"])
     # The same payment again (its answer was lost): the same answer, nothing changes.
-    assert answer(call(payment_event(order_id, "pay-1")), 200)["data"] == paid
-    answer(call(payment_event(order_id, "pay-2")), 409, "ALREADY_PAID")
+    assert answer(call(payment_event(order_id)), 200)["data"] == paid
+    answer(call(payment_event(order_id, payment_of(order_id, 2))), 409, "ALREADY_PAID")
     assert answer(call(status_event(order_id, user_id)), 200)["data"] == paid
     answer(call(cancel_event(order_id, user_id)), 409, "PAID")
     assert stocks(db, redis, voucher_id) == (1, 1)
+
+
+def test_a_payment_that_paid_another_order_is_409_payment_used(call: Call, sold: Sold) -> None:
+    _, paid, _ = sold()
+    _, order_id, user_id = sold()
+    answer(call(payment_event(paid)), 200)
+    answer(call(payment_event(order_id, payment_of(paid))), 409, "PAYMENT_USED")
+    assert answer(call(status_event(order_id, user_id)), 200)["data"]["status"] == "CONFIRMED"
 
 
 def test_the_payment_route_needs_iam_and_names_bad_input(call: Call, sold: Sold) -> None:
@@ -115,7 +124,7 @@ def test_the_payment_route_needs_iam_and_names_bad_input(call: Call, sold: Sold)
     unknown = str(random.randint(2**60, 2**62))
     answer(call(payment_event(unknown)), 404, "ORDER_NOT_FOUND")
     # Nothing was paid on the way.
-    answer(call(payment_event(order_id, "pay-9")), 200)
+    answer(call(payment_event(order_id, payment_of(order_id, 9))), 200)
 
 
 def test_a_payment_after_pay_by_is_expired_before_any_expiry_ran(

@@ -33,6 +33,7 @@ from tests.helpers import (
     invoke,
     new_user,
     overdue,
+    payment_of,
     persist_order,
     sqs_record,
     stocks,
@@ -153,7 +154,7 @@ def test_a_paid_a_cancelled_and_an_unknown_order_change_nothing(
     sell: Callable[..., list[Hold]],
 ) -> None:
     paid, cancelled = sell(2)
-    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, "pay-1"), dict)
+    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, payment_of(paid.order_id)), dict)
     assert isinstance(holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id), dict)
     overdue(db, paid)
     overdue(db, cancelled)
@@ -271,7 +272,7 @@ def test_a_paid_order_redelivered_sends_no_expiry(
     voucher_id = make_voucher(stock=2)
     m = accept(gate, redis, voucher_id)
     assert persist_order(db, redis, scripts, m).status == CONFIRMED
-    assert isinstance(holds.pay(db, redis, scripts, m.order_id, "pay-1"), dict)
+    assert isinstance(holds.pay(db, redis, scripts, m.order_id, payment_of(m.order_id)), dict)
     sent = Sent(persister_fn)
     assert invoke(persister_fn, context, "order_persister_batch.json", order_record(m)) == set()
     assert sent.entries == []

@@ -27,6 +27,7 @@ from tests.helpers import (
     closed_port,
     new_user,
     overdue,
+    payment_of,
     reconcile_voucher,
     stocks,
 )
@@ -80,7 +81,7 @@ def test_a_rebuild_counts_payable_paid_expired_and_cancelled_holds(
 ) -> None:
     payable, paid, expired, cancelled = sell(4, stock=10)
     voucher_id = payable.voucher_id
-    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, "pay-1"), dict)
+    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, payment_of(paid.order_id)), dict)
     assert isinstance(holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id), dict)
     overdue(db, expired)
     assert holds.expire(db, redis, scripts, expired.order_id).outcome is Expiry.EXPIRED
