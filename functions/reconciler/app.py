@@ -62,9 +62,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
     edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
-    for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
-        if totals[name]:
-            metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
+    for name, value in totals.items():
+        if value and name != "vouchers":  # every count of what the pass did, by name
+            metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=value)
     logger.info(
         "reconciled", extra={"totals": totals, "queueDrained": result.queue_drained, "edgeStateNotSent": edge_not_sent}
     )

@@ -280,6 +280,21 @@ def cancel(
     return decided.data() if decided.state == CANCELLED else REFUSALS[decided.state]
 
 
+def overdue(db: Database, voucher_id: int) -> list[int]:
+    """The voucher's unpaid orders past their deadline by the database's clock, as
+    ``expire`` judges them (a NULL ``pay_by`` counting from ``create_time``)."""
+
+    def read(cursor: DictCursor) -> list[int]:
+        cursor.execute(
+            "SELECT o.id FROM tb_voucher_order o JOIN tb_seckill_voucher sv ON sv.voucher_id = o.voucher_id"
+            f" WHERE o.voucher_id = %s AND o.status = %s AND {_DUE} <= NOW(3) ORDER BY o.id",
+            (voucher_id, UNPAID),
+        )
+        return [int(r["id"]) for r in cursor.fetchall()]
+
+    return db.run(read, read_only=True)
+
+
 class Expiry(StrEnum):
     EXPIRED = "EXPIRED"  # expired now: MySQL's stock +1, then Redis's
     CLOSED = "CLOSED"  # expired or cancelled before: its unit given back again (a no-op if back)

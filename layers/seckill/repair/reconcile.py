@@ -13,7 +13,10 @@ Safe at any time, alongside live traffic, and any number of times in a row:
    - failed (``NOT_QUEUED``) and released, if its order was never promised (the
      request answered 503 or died): a copy still on its way is then refused;
    - released, if it has no order id: the request died before it could answer 202;
-3. once the queue is drained, Redis stock and buyers are compared with MySQL
+3. every hold past its deadline is expired, by ``seckill.holds.expire`` as the
+   expiry function would: a lost or dead-lettered expiry (or an order stored
+   with no ``pay_by``) keeps a unit off sale one pass at most;
+4. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
 ``seckill-reconcile`` (``seckill_ops.reconcile``) runs it once; ReconcilerFunction runs it on a schedule.
@@ -27,6 +30,8 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 
+from seckill import holds
+from seckill.holds import Expiry
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -59,6 +64,7 @@ class VoucherReconciled:
     failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
     released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
+    expired: list[str] = field(default_factory=list)  # order ids of holds past their deadline, expired now
     drift: Restored | None = None
     repaired: bool = False
 
@@ -77,6 +83,7 @@ class Reconciled:
             "failed": sum(len(x.failed) for x in v),
             "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
+            "expired": sum(len(x.expired) for x in v),
             "drifted": sum(bool(x.drift and x.drift.drifted) for x in v),
             "repaired": sum(x.repaired for x in v),
         }
@@ -158,8 +165,9 @@ def reconcile(
 ) -> Reconciled:
     """One pass over the vouchers on sale (or ``voucher_ids``).
 
-    ``drained``: no order is on OrderQueue; drift is repaired only then, and with
-    ``repair``.
+    ``drained``: no order is on OrderQueue; drift is repaired only then. Without
+    ``repair`` nothing is expired or repaired: the pass reports. A Redis failure
+    after an expiry committed is raised; a later pass repairs the stock.
     """
     gate = Gate(redis, scripts, refusal_cache_seconds=0)
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
@@ -168,6 +176,12 @@ def reconcile(
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db):
         result = VoucherReconciled(voucher_id)
+        if repair:
+            # Before the check, so that it counts these units back: in MySQL at once, in
+            # Redis by each expiry's give-back (a lost voucher's rebuild counts them).
+            for order_id in holds.overdue(db, voucher_id):
+                if holds.expire(db, redis, scripts, order_id).outcome is Expiry.EXPIRED:
+                    result.expired.append(str(order_id))
         state = restore(db, scripts, voucher_id, "check")
         if state is None:
             continue  # not a seckill voucher MySQL knows
