@@ -20,8 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seckill-reconcile",
         description="Resolve stale pending reservations (re-queue or release), expire holds past their "
-        "deadline, and repair Redis/MySQL drift once the order queue is drained. Safe to run at any time "
-        "and repeatedly. Exit 0 when nothing is left drifting, 1 when drift remains (e.g. the queue was not drained).",
+        "deadline, give back units Redis missed, and repair Redis/MySQL drift once the order queue is "
+        "drained. Safe to run at any time and repeatedly. Exit 0 when nothing is left drifting, 1 when "
+        "drift remains (e.g. the queue was not drained).",
     )
     parser.add_argument(
         "--pending-age",
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"age at which a reservation is stale (default %(default).0f, at least {MIN_PENDING_AGE.seconds})",
     )
     parser.add_argument(
-        "--no-repair", action="store_true", help="report drift without repairing it (nor expiring holds)"
+        "--no-repair",
+        action="store_true",
+        help="report drift without repairing it (nor expiring holds, nor giving units back)",
     )
     parser.add_argument("--voucher", type=int, action="append", help="only this voucher (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
