@@ -283,9 +283,15 @@ def status_event(order_id: int | str, user_id: int | None) -> dict[str, Any]:
     return as_user(with_path(event, f"/voucher-order/{order_id}", orderId=str(order_id)), user_id)
 
 
-def payment_event(order_id: int | str, payment_id: str = "pay-1", **changes: Any) -> dict[str, Any]:
-    """The payment service's payment of an order (signed: the IAM context is the sample's)."""
-    changes.setdefault("body", json.dumps({"paymentId": payment_id}))
+def payment_of(order_id: int | str, attempt: int = 1) -> str:
+    """A payment id of the order's own: one payment pays one order, in the suite's one database."""
+    return f"pay-{order_id}-{attempt}"
+
+
+def payment_event(order_id: int | str, payment_id: str | None = None, **changes: Any) -> dict[str, Any]:
+    """The payment service's payment of an order (signed: the IAM context is the sample's),
+    by ``payment_of(order_id)`` unless told."""
+    changes.setdefault("body", json.dumps({"paymentId": payment_id or payment_of(order_id)}))
     event = load_event("seckill_api_payment.json", **changes)
     return with_path(event, f"/voucher-order/{order_id}/payment", orderId=str(order_id))
 

@@ -59,6 +59,7 @@ RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every f
 REPLY_LOSS_EVERY = 0.5  # seconds between bursts of lost Redis replies
 REPLY_LOSS_BURST = 4  # replies lost in a row: more than redis-py's retries, so some presses get 503
 EXPIRY_QUEUE = "OrderExpiryQueue"
+DELETED_EXPIRY = 0.5  # share of the orders whose expiry messages are deleted while the consumer is down
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
 
@@ -168,8 +169,29 @@ class Chaos:
         try:
             self.lose_redis(sale, tokens, "holds outstanding")
             time.sleep(max(0.0, ends - time.monotonic()))
+            self.delete_expiries(sale)
         finally:
             sale.stack.pause_feeder(False)
+
+    def delete_expiries(self, sale: LocalSale) -> None:
+        """Expiry messages deleted from their queue (as if dead-lettered, then purged), drawn
+        per order among those due while the consumer is down (every copy of a drawn order's);
+        the rest are visible again at once. Reconciliation must expire those holds."""
+        url = sale.sqs.get_queue_url(QueueName=EXPIRY_QUEUE)["QueueUrl"]
+        kept, deleted = [], 0
+        while batch := sale.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+            "Messages", []
+        ):
+            for m in batch:
+                order_id = ExpiryMessage.from_json(m["Body"]).order_id
+                if rng(self.seed, "expiry-deleted", order_id).random() < DELETED_EXPIRY:
+                    sale.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                    deleted += 1
+                else:
+                    kept.append(m["ReceiptHandle"])
+        for handle in kept:
+            sale.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+        record(self.log, "expiry-deleted", count=deleted)
 
     def lose_redis(self, sale: LocalSale, tokens: dict[int, str], why: str) -> None:
         """Redis dies and comes back empty while holds are outstanding; users log in
@@ -353,6 +375,13 @@ class Chaos:
                 "payments after the deadline are refused 409 EXPIRED and expire the order; the rest expire "
                 "when the consumer is back",
                 f"{total('expiry-consumer-down', 'seconds'):.0f} s down",
+            ),
+            Fault(
+                "expiry messages deleted from their queue",
+                total("expiry-deleted", "count"),
+                "reconciliation expires every hold past its deadline by the expiry function's own decision: "
+                f"its unit is back within one pass (every {RECONCILE_EVERY:.0f} s here, ReconcileSchedule in AWS)",
+                "see invariants: every unit ends paid or back on sale",
             ),
             Fault(
                 "Redis lost its data while holds were outstanding",

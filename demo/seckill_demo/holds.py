@@ -100,9 +100,11 @@ class Payer:
         self.ids = rng(seed, "payment-ids")
         self.lock = threading.Lock()
 
-    def payment_id(self) -> str:
+    def payment_id(self, order_id: int) -> str:
+        """An order's payment id: opaque, drawn from the seed, and prefixed by the order id, since
+        one payment pays one order and a run with the same seed may use the same database."""
         with self.lock:
-            return str(uuid.UUID(int=self.ids.getrandbits(128), version=4))
+            return f"{order_id}-{uuid.UUID(int=self.ids.getrandbits(128), version=4)}"
 
     def pay(self, order_id: int, payment_id: str) -> Answer:
         status, body = self.admin.post(f"/voucher-order/{order_id}/payment", {"paymentId": payment_id})
@@ -133,7 +135,7 @@ class Payer:
     def settle(self, order_id: int, action: str, token: str, *, patience: float, again: bool = False) -> list[Answer]:
         """Pay (``again``: twice with the same paymentId) or cancel; 503 TRY_AGAIN and 409
         PENDING (the order is still on its way) are tried again for ``patience`` seconds."""
-        payment_id = self.payment_id()
+        payment_id = self.payment_id(order_id)
         deadline = time.monotonic() + patience
         while True:
             got = self.pay(order_id, payment_id) if action == "pay" else self.cancel(order_id, token)

@@ -327,6 +327,9 @@ def render(report: Report, console: Console | None = None) -> None:
     if rec is not None:
         table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
         table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
+        table.add_row(
+            "reconciled: holds expired / units given back", f"{rec.get('expired', 0)} / {rec.get('returned', 0)}"
+        )
     table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
     if report.holds is not None:
         h = report.holds

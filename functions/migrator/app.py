@@ -6,7 +6,8 @@ the event's pre-signed ``ResponseURL``. Every path replies exactly once:
 - Create / Update run ``seckill.migrate.migrate`` (idempotent) with the
   credentials from ``DB_SECRET_ARN``, retrying connection errors while RDS
   Proxy may still be registering its target; an error that outlasts the
-  retries replies FAILED with its reason, so the stack rolls back.
+  retries replies FAILED with its reason, so the stack rolls back. Rows that
+  keep a new unique key from being added reply SUCCESS, naming them.
 - Create / Update also give the draw passes' secret its first key ring
   (``seckill.passes.ensure_ring``) while it holds none.
 - Delete replies SUCCESS without touching the database: the data outlives the
@@ -93,14 +94,14 @@ def put(url: str, payload: bytes) -> None:
                 time.sleep(0.5 * 2**attempt)
 
 
-def migrate_when_ready(settings: Settings, deadline: float) -> Credentials:
-    """Migrate, retrying connection errors until ``deadline`` (time.monotonic)."""
+def migrate_when_ready(settings: Settings, deadline: float) -> tuple[Credentials, list[str]]:
+    """Migrate, retrying connection errors until ``deadline`` (time.monotonic); what the
+    migration could not apply (rows breaking a new unique key: listed, never changed)."""
     delay = 2.0
     while True:
         try:
             creds = credentials(settings)
-            migrate(creds)
-            return creds
+            return creds, migrate(creds)
         except pymysql.err.OperationalError:
             if time.monotonic() + delay + ATTEMPT_SECONDS > deadline:
                 raise
@@ -131,11 +132,16 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     watchdog.start()
     try:
         if request in {"Create", "Update"}:
-            creds = migrate_when_ready(settings, deadline)
+            creds, not_applied = migrate_when_ready(settings, deadline)
+            # The service runs without such a key, so the deployment goes on; the stack's
+            # event and this warning say what an operator must settle.
+            for line in not_applied:
+                logger.warning("schema not fully applied", extra={"notApplied": line})
             pass_keys = os.environ.get("PASS_KEYS_SECRET_ARN", "")
             if pass_keys and ensure_ring(secretsmanager(), pass_keys):
                 logger.info("draw pass key ring created")
-            reply.send(SUCCESS, f"schema applied to {creds.database}", {"Database": creds.database})
+            reason = "; ".join([f"schema applied to {creds.database}", *(f"not applied: {x}" for x in not_applied)])
+            reply.send(SUCCESS, reason, {"Database": creds.database})
         elif request == "Delete":
             reply.send(SUCCESS, "schema left in place")
         else:

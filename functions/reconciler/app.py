@@ -78,9 +78,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         metrics.add_metric(name="DrawClocksRestarted", unit=MetricUnit.Count, value=len(clocks_restarted))
         logger.warning("draw clocks restarted", extra={"voucherIds": clocks_restarted})
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
-    for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
-        if totals[name]:
-            metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
+    for name, value in totals.items():
+        if value and name != "vouchers":  # every count of what the pass did, by name
+            metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=value)
     logger.info(
         "reconciled", extra={"totals": totals, "queueDrained": result.queue_drained, "edgeStateNotSent": edge_not_sent}
     )

@@ -238,12 +238,13 @@ def answered(answer: dict[str, Any] | Refusal) -> Response[str]:
             404: openapi.refused("No such order", "ORDER_NOT_FOUND"),
             409: openapi.refused(
                 "Not payable: past its payBy (it expires now if no expiry has yet), cancelled, failed, "
-                "not decided yet, or paid by another paymentId",
+                "not decided yet, paid by another paymentId, or this paymentId paid another order",
                 "EXPIRED",
                 "CANCELLED",
                 "FAILED",
                 "PENDING",
                 "ALREADY_PAID",
+                "PAYMENT_USED",
             ),
         }
     ),

@@ -13,8 +13,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
+import pymysql
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pymysql.constants import ER
 from pymysql.cursors import DictCursor
 
 from seckill import hints
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 UNPAID, PAID_STATUS, CLOSED_STATUS = 1, 2, 4  # hm-dianping's tb_voucher_order.status
 ALREADY_PAID = "ALREADY_PAID"
+PAYMENT_USED = "PAYMENT_USED"
 
 NOT_FOUND = Refusal(404, "ORDER_NOT_FOUND", "order not found")
 REFUSALS = {
@@ -40,6 +43,7 @@ REFUSALS = {
     EXPIRED: Refusal(409, EXPIRED, "the order's payment deadline has passed"),
     CANCELLED: Refusal(409, CANCELLED, "the order was cancelled"),
     ALREADY_PAID: Refusal(409, ALREADY_PAID, "the order was paid by another payment"),
+    PAYMENT_USED: Refusal(409, PAYMENT_USED, "this payment has paid another order"),
 }
 
 
@@ -131,11 +135,14 @@ class _Locked:
     now: datetime  # the database's clock when ``order.state`` was judged (naive UTC)
 
 
-def _lock(cursor: DictCursor, order_id: int) -> _Locked | None:
-    """The stored order under its voucher's row lock, then its own."""
-    cursor.execute("SELECT voucher_id FROM tb_voucher_order WHERE id = %s", (order_id,))
+def _lock(cursor: DictCursor, order_id: int, user_id: int | None = None) -> _Locked | None:
+    """The stored order (only if it is ``user_id``'s, unless None) under its voucher's row
+    lock, then its own. The owner is checked first by a plain read (an order's user never
+    changes): order ids are guessable, and another user's call must neither wait for the
+    voucher's row nor hold it up for the persister."""
+    cursor.execute("SELECT voucher_id, user_id FROM tb_voucher_order WHERE id = %s", (order_id,))
     row = cursor.fetchone()
-    if row is None:
+    if row is None or user_id not in (None, int(row["user_id"])):
         return None
     # A voucher id never changes, so this lock is the one the order's writers take.
     cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (row["voucher_id"],))
@@ -221,10 +228,17 @@ def pay(
             return _close(cursor, order, EXPIRED)
         if locked.status == UNPAID:
             # Stamped with the clock that judged it payable: never after its deadline.
-            cursor.execute(
-                "UPDATE tb_voucher_order SET status = %s, pay_time = %s, payment_id = %s WHERE id = %s",
-                (PAID_STATUS, locked.now, payment_id, order_id),
-            )
+            try:
+                cursor.execute(
+                    "UPDATE tb_voucher_order SET status = %s, pay_time = %s, payment_id = %s WHERE id = %s",
+                    (PAID_STATUS, locked.now, payment_id, order_id),
+                )
+            except pymysql.err.IntegrityError as exc:
+                # uk_payment: the payment paid another order (of any voucher, so under
+                # another lock: the unique key, not a read, is what decides).
+                if exc.args[0] != ER.DUP_ENTRY:
+                    raise
+                return REFUSALS[PAYMENT_USED]
             return replace(order, state=PAID, paid_at=from_db(locked.now), payment_id=payment_id)
         if order.state == PAID and order.payment_id != payment_id:
             return REFUSALS[ALREADY_PAID]
@@ -252,8 +266,8 @@ def cancel(
     unit back on sale; or why not. Another user's order is not found, as an unknown one."""
 
     def decide(cursor: DictCursor) -> Order | None:
-        locked = _lock(cursor, order_id)
-        if locked is None or locked.order.user_id != user_id:
+        locked = _lock(cursor, order_id, user_id)
+        if locked is None:
             return None
         if locked.status == UNPAID:
             return _close(cursor, locked.order, EXPIRED if locked.order.state == EXPIRED else CANCELLED)
@@ -264,6 +278,21 @@ def cancel(
         return _unstored(db, redis, order_id, user_id)
     _settled(redis, scripts, decided, edge)
     return decided.data() if decided.state == CANCELLED else REFUSALS[decided.state]
+
+
+def overdue(db: Database, voucher_id: int) -> list[int]:
+    """The voucher's unpaid orders past their deadline by the database's clock, as
+    ``expire`` judges them (a NULL ``pay_by`` counting from ``create_time``)."""
+
+    def read(cursor: DictCursor) -> list[int]:
+        cursor.execute(
+            "SELECT o.id FROM tb_voucher_order o JOIN tb_seckill_voucher sv ON sv.voucher_id = o.voucher_id"
+            f" WHERE o.voucher_id = %s AND o.status = %s AND {_DUE} <= NOW(3) ORDER BY o.id",
+            (voucher_id, UNPAID),
+        )
+        return [int(r["id"]) for r in cursor.fetchall()]
+
+    return db.run(read, read_only=True)
 
 
 class Expiry(StrEnum):

@@ -28,6 +28,10 @@ ADDED_COLUMNS = (
     ("tb_voucher_order", "payment_id"),
     ("tb_voucher_order", "close_reason"),
 )
+# Unique keys schema.sql gained since, each on one column: added where missing, unless
+# rows already break one. Those rows are reported, never changed (which order a reused
+# payment paid is for an operator to settle); the next migration adds the key.
+ADDED_UNIQUE_KEYS = (("tb_voucher_order", "uk_payment", "payment_id"),)
 
 
 def statements() -> list[str]:
@@ -36,7 +40,8 @@ def statements() -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def migrate(creds: Credentials) -> None:
+def migrate(creds: Credentials) -> list[str]:
+    """Apply the schema; what could not be applied, and why (empty: all of it)."""
     # Identifiers cannot be query parameters, so the name is checked instead.
     if not _DB_NAME.fullmatch(creds.database):
         raise ValueError(f"invalid database name {creds.database!r}")
@@ -58,7 +63,9 @@ def migrate(creds: Credentials) -> None:
                     " SET o.pay_by = o.create_time + INTERVAL sv.hold_seconds SECOND"
                     " WHERE o.status = 1 AND o.pay_by IS NULL"
                 )
+            not_applied = _add_unique_keys(cursor, creds.database)
         conn.commit()
+        return not_applied
     finally:
         conn.close()
 
@@ -95,20 +102,56 @@ def _add_columns(cursor: DictCursor, database: str) -> set[tuple[str, str]]:
     return added
 
 
+def _add_unique_keys(cursor: DictCursor, database: str) -> list[str]:
+    """Add the ADDED_UNIQUE_KEYS a table lacks; one line per key the rows break."""
+    cursor.execute(
+        "SELECT DISTINCT TABLE_NAME AS t, INDEX_NAME AS i FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s",
+        (database,),
+    )
+    present = {(row["t"], row["i"]) for row in cursor.fetchall()}
+    not_applied = []
+    for table, key, column in ADDED_UNIQUE_KEYS:
+        if (table, key) in present:
+            continue
+        try:
+            cursor.execute(f"ALTER TABLE {table} ADD UNIQUE KEY {key} ({column})")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != ER.DUP_KEYNAME:
+                raise
+            # another migration, running beside this one, added it
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != ER.DUP_ENTRY:
+                raise
+            cursor.execute(
+                f"SELECT {column} AS value, GROUP_CONCAT(id ORDER BY id) AS ids FROM {table}"
+                f" WHERE {column} IS NOT NULL GROUP BY {column} HAVING COUNT(*) > 1 ORDER BY {column}"
+            )
+            repeats = "; ".join(f"{row['value']!r} in rows {row['ids']}" for row in cursor.fetchall())
+            not_applied.append(
+                f"{table}.{key} not added: {column} repeats ({repeats}); rows left unchanged, settle them and"
+                " migrate again"
+            )
+    return not_applied
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seckill-migrate",
-        description="Create the seckill database (named by DB_NAME) if missing, then its tables. Idempotent.",
+        description="Create the seckill database (named by DB_NAME) if missing, then its tables. Idempotent. "
+        "Exit 0 when the whole schema is applied, 1 when rows keep a unique key from being added (they are "
+        "listed, never changed), 2 when MySQL is unreachable.",
     )
     parser.parse_args(argv)
     creds = credentials(Settings.from_env())
     try:
-        migrate(creds)
+        not_applied = migrate(creds)
     except pymysql.err.OperationalError as exc:
         print(f"cannot reach MySQL at {creds.host}:{creds.port}: {exc.args[-1]}", file=sys.stderr)
         return 2
     print(f"schema applied to {creds.database} on {creds.host}:{creds.port}")
-    return 0
+    for line in not_applied:
+        print(f"not applied: {line}", file=sys.stderr)
+    return 1 if not_applied else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 -- The hm-dianping voucher tables, plus the order table's UNIQUE (user_id, voucher_id)
+-- and UNIQUE (payment_id) (one payment pays one order; NULLs, the unpaid, repeat freely)
 -- and the record of orders the gate accepted but the database refused.
 -- Every time is UTC.
 CREATE TABLE IF NOT EXISTS tb_voucher (
@@ -45,6 +46,7 @@ CREATE TABLE IF NOT EXISTS tb_voucher_order (
   update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
   PRIMARY KEY (id),
   UNIQUE KEY uk_user_voucher (user_id, voucher_id),
+  UNIQUE KEY uk_payment (payment_id),
   KEY idx_voucher (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 

@@ -19,9 +19,10 @@ from seckill.repair.reconcile import DEFAULT_PENDING_AGE, MIN_PENDING_AGE, opera
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seckill-reconcile",
-        description="Resolve stale pending reservations (re-queue or release) and repair Redis/MySQL drift "
-        "once the order queue is drained. Safe to run at any time and repeatedly. Exit 0 when nothing "
-        "is left drifting, 1 when drift remains (e.g. the queue was not drained).",
+        description="Resolve stale pending reservations (re-queue or release), expire holds past their "
+        "deadline, give back units Redis missed, and repair Redis/MySQL drift once the order queue is "
+        "drained. Safe to run at any time and repeatedly. Exit 0 when nothing is left drifting, 1 when "
+        "drift remains (e.g. the queue was not drained).",
     )
     parser.add_argument(
         "--pending-age",
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help=f"age at which a reservation is stale (default %(default).0f, at least {MIN_PENDING_AGE.seconds})",
     )
-    parser.add_argument("--no-repair", action="store_true", help="report drift without repairing it")
+    parser.add_argument(
+        "--no-repair",
+        action="store_true",
+        help="report drift without repairing it (nor expiring holds, nor giving units back)",
+    )
     parser.add_argument("--voucher", type=int, action="append", help="only this voucher (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     args = parser.parse_args(argv)

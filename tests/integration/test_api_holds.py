@@ -4,6 +4,7 @@ states, through the ``events/`` files, against real Redis, MariaDB and moto SQS.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from tests.helpers import (
     db_rows,
     new_user,
     payment_event,
+    payment_of,
     persist,
     seckill_event,
     status_event,
@@ -85,7 +87,7 @@ def test_a_payment_pays_once_and_the_status_route_shows_it(call: Call, sold: Sol
     assert confirmed["status"] == "CONFIRMED"
     assert confirmed["paidAt"] is None
 
-    paid = answer(call(payment_event(order_id, "pay-1")), 200)["data"]
+    paid = answer(call(payment_event(order_id)), 200)["data"]
     assert {k: paid[k] for k in ("orderId", "voucherId", "userId", "status", "payBy")} == {
         "orderId": order_id,
         "voucherId": voucher_id,
@@ -95,11 +97,19 @@ def test_a_payment_pays_once_and_the_status_route_shows_it(call: Call, sold: Sol
     }
     assert datetime.fromisoformat(paid["paidAt"]) < datetime.fromisoformat(paid["payBy"])
     # The same payment again (its answer was lost): the same answer, nothing changes.
-    assert answer(call(payment_event(order_id, "pay-1")), 200)["data"] == paid
-    answer(call(payment_event(order_id, "pay-2")), 409, "ALREADY_PAID")
+    assert answer(call(payment_event(order_id)), 200)["data"] == paid
+    answer(call(payment_event(order_id, payment_of(order_id, 2))), 409, "ALREADY_PAID")
     assert answer(call(status_event(order_id, user_id)), 200)["data"] == paid
     answer(call(cancel_event(order_id, user_id)), 409, "PAID")
     assert stocks(db, redis, voucher_id) == (1, 1)
+
+
+def test_a_payment_that_paid_another_order_is_409_payment_used(call: Call, sold: Sold) -> None:
+    _, paid, _ = sold()
+    _, order_id, user_id = sold()
+    answer(call(payment_event(paid)), 200)
+    answer(call(payment_event(order_id, payment_of(paid))), 409, "PAYMENT_USED")
+    assert answer(call(status_event(order_id, user_id)), 200)["data"]["status"] == "CONFIRMED"
 
 
 def test_the_payment_route_needs_iam_and_names_bad_input(call: Call, sold: Sold) -> None:
@@ -114,7 +124,7 @@ def test_the_payment_route_needs_iam_and_names_bad_input(call: Call, sold: Sold)
     unknown = str(random.randint(2**60, 2**62))
     answer(call(payment_event(unknown)), 404, "ORDER_NOT_FOUND")
     # Nothing was paid on the way.
-    answer(call(payment_event(order_id, "pay-9")), 200)
+    answer(call(payment_event(order_id, payment_of(order_id, 9))), 200)
 
 
 def test_a_payment_after_pay_by_is_expired_before_any_expiry_ran(
@@ -220,6 +230,37 @@ def test_cancel_of_another_users_order_is_answered_as_an_unknown_one(
     assert body(unknown)["code"] == "ORDER_NOT_FOUND"
     answer(call(cancel_event(order_id, None)), 401, "UNAUTHORIZED")
     assert answer(call(cancel_event("x", 1)), 400, "BAD_REQUEST")["errorMsg"].startswith("orderId")
+    assert stocks(db, redis, voucher_id) == (1, 1)
+
+
+def test_another_users_cancel_is_not_found_without_waiting_for_the_voucher_lock(
+    call: Call, sold: Sold, creds: Credentials, db: Database, redis: Any
+) -> None:
+    voucher_id, order_id, _ = sold()
+    holder = Database(creds)  # a transaction of its own holds the voucher's row, as a persister would
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row(cursor: Any) -> None:
+        cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
+        locked.set()
+        release.wait(60)
+
+    holding = threading.Thread(target=holder.run, args=(hold_the_row,))
+    holding.start()
+    try:
+        assert locked.wait(30)
+        answers: list[dict[str, Any]] = []
+        stranger = threading.Thread(target=lambda: answers.append(call(cancel_event(order_id, new_user()))))
+        stranger.start()
+        # The row stays locked until the stranger is answered: a cancel that locked
+        # before checking the owner would wait for it (and end in a lock wait timeout).
+        stranger.join(timeout=30)
+        assert not stranger.is_alive(), "another user's cancel waited for the voucher's row lock"
+    finally:
+        release.set()
+        holding.join(timeout=60)
+        holder.close()
+    answer(answers[0], 404, "ORDER_NOT_FOUND")
     assert stocks(db, redis, voucher_id) == (1, 1)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -65,17 +64,29 @@ def test_add_seckill_voucher_is_201_and_purchasable(
     assert len(drain(sqs, order_queue)) == 2
 
 
-def test_add_seckill_voucher_naive_times_read_in_the_configured_zone(
-    call: Callable[[dict[str, Any]], dict[str, Any]], created_vouchers: list[int]
+@pytest.mark.parametrize(
+    ("begin", "end", "listed"),
+    [
+        # Without an offset: read in SECKILL_TIMEZONE, unset in the suite (UTC).
+        ("2031-01-02T03:04:05", "2031-01-02T05:00:00", ("2031-01-02T03:04:05.000Z", "2031-01-02T05:00:00.000Z")),
+        # RFC 3339 allows a lowercase "t" and "z".
+        ("2031-01-02t03:04:05z", "2031-01-02T05:00:00.5z", ("2031-01-02T03:04:05.000Z", "2031-01-02T05:00:00.500Z")),
+    ],
+)
+def test_add_seckill_voucher_times_as_written(
+    call: Callable[[dict[str, Any]], dict[str, Any]],
+    created_vouchers: list[int],
+    begin: str,
+    end: str,
+    listed: tuple[str, str],
 ) -> None:
     shop_id = random.randint(10**12, 10**15)
-    payload = seckill_voucher_body(shop_id, beginTime="2031-01-02T03:04:05", endTime="2031-01-02T05:00:00")
+    payload = seckill_voucher_body(shop_id, beginTime=begin, endTime=end)
     response = call(admin_event("seckill_api_add_seckill_voucher.json", payload))
     assert response["statusCode"] == 201, response
     created_vouchers.append(body(response)["data"])
-    (listed,) = body(call(list_event(shop_id)))["data"]
-    # SECKILL_TIMEZONE is unset in the suite: UTC.
-    assert datetime.fromisoformat(listed["beginTime"]) == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    (voucher,) = body(call(list_event(shop_id)))["data"]
+    assert (voucher["beginTime"], voucher["endTime"]) == listed
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,9 @@ from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
-from seckill.messages import OrderMessage, queue_depth
+from seckill.messages import OrderMessage, OrderQueue, queue_depth
 from seckill.press.gate import Gate
+from seckill.repair.reconcile import reconcile
 from seckill_local.template import Template
 from tests.helpers import (
     Hold,
@@ -33,7 +34,9 @@ from tests.helpers import (
     invoke,
     new_user,
     overdue,
+    payment_of,
     persist_order,
+    reconcile_voucher,
     sqs_record,
     stocks,
 )
@@ -153,7 +156,7 @@ def test_a_paid_a_cancelled_and_an_unknown_order_change_nothing(
     sell: Callable[..., list[Hold]],
 ) -> None:
     paid, cancelled = sell(2)
-    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, "pay-1"), dict)
+    assert isinstance(holds.pay(db, redis, scripts, paid.order_id, payment_of(paid.order_id)), dict)
     assert isinstance(holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id), dict)
     overdue(db, paid)
     overdue(db, cancelled)
@@ -271,7 +274,7 @@ def test_a_paid_order_redelivered_sends_no_expiry(
     voucher_id = make_voucher(stock=2)
     m = accept(gate, redis, voucher_id)
     assert persist_order(db, redis, scripts, m).status == CONFIRMED
-    assert isinstance(holds.pay(db, redis, scripts, m.order_id, "pay-1"), dict)
+    assert isinstance(holds.pay(db, redis, scripts, m.order_id, payment_of(m.order_id)), dict)
     sent = Sent(persister_fn)
     assert invoke(persister_fn, context, "order_persister_batch.json", order_record(m)) == set()
     assert sent.entries == []
@@ -306,3 +309,64 @@ def test_an_expiry_not_sent_fails_its_records_and_the_redelivery_sends_it(
     assert invoke(persister_fn, context, "order_persister_batch.json", *records[:2]) == set()
     assert sorted(e.order_id for e in sent.bodies()) == sorted(m.order_id for m in confirmed)
     assert queue_depth(sqs, expiry_queue) == 2
+
+
+# --- a lost expiry: the reconciler expires what is overdue --------------------------------------
+
+
+def test_a_hold_whose_expiry_was_lost_is_expired_by_the_next_reconcile(
+    persister_fn: ModuleType,
+    context: Any,
+    db: Database,
+    redis: Any,
+    sqs: Any,
+    gate: Gate,
+    queues: dict[str, str],
+    expiry_queue: str,
+    make_voucher: Callable[..., int],
+) -> None:
+    voucher_id = make_voucher(stock=5)
+    lost, legacy, recent, payable = orders = [accept(gate, redis, voucher_id) for _ in range(4)]
+    assert invoke(persister_fn, context, "order_persister_batch.json", *map(order_record, orders)) == set()
+    # Every expiry message deleted from its queue (as if dead-lettered and gone).
+    assert queue_depth(sqs, expiry_queue) == 4
+    sqs.purge_queue(QueueUrl=expiry_queue)
+    assert queue_depth(sqs, expiry_queue) == 0
+    db_rows(db, "UPDATE tb_voucher_order SET pay_by = NOW(3) - INTERVAL 1 SECOND WHERE id = %s", lost.order_id)
+    # Orders stored with no pay_by (an older persister, after the migration): due holdSeconds
+    # (900) after create_time, when the gate accepted them.
+    for m, age in ((legacy, 901), (recent, 899)):
+        db_rows(
+            db,
+            "UPDATE tb_voucher_order SET pay_by = NULL, create_time = NOW(3) - INTERVAL %s SECOND WHERE id = %s",
+            age,
+            m.order_id,
+        )
+    assert stocks(db, redis, voucher_id) == (1, 1)
+
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    result = reconcile_voucher(db, redis, queue, voucher_id, drained=False)
+
+    assert sorted(result.expired) == sorted([str(lost.order_id), str(legacy.order_id)])
+    closed = db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s AND status = 4", voucher_id)
+    assert {int(r["id"]) for r in closed} == {lost.order_id, legacy.order_id}
+    assert stocks(db, redis, voucher_id) == (3, 3)  # both units back, in MySQL and on sale in Redis
+    assert not {recent.order_id, payable.order_id} & {int(r["id"]) for r in closed}
+    # The next pass finds nothing more to expire, and returns nothing twice.
+    again = reconcile_voucher(db, redis, queue, voucher_id, drained=False)
+    assert (again.expired, again.returned) == ([], [])
+    assert stocks(db, redis, voucher_id) == (3, 3)
+
+
+def test_reconcile_without_repair_expires_nothing(
+    db: Database, redis: Any, sqs: Any, queues: dict[str, str], sell: Callable[..., list[Hold]]
+) -> None:
+    (hold,) = sell()
+    overdue(db, hold)
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    result = reconcile(
+        db, redis, Scripts.register(redis), queue, drained=True, repair=False, voucher_ids=[hold.voucher_id]
+    )
+    assert result.vouchers[0].expired == []
+    assert status(db, hold) == (1, None)
+    assert stocks(db, redis, hold.voucher_id) == (2, 2)

@@ -14,7 +14,7 @@ import redis as redis_lib
 
 from seckill import hints, holds
 from seckill.hints import CANCELLED, CONFIRMED, EXPIRED, PAID
-from seckill.holds import NOT_FOUND, REFUSALS, Expiry
+from seckill.holds import NOT_FOUND, PAYMENT_USED, REFUSALS, Expiry
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database, connect
 from seckill.infra.errors import Refusal
@@ -28,6 +28,7 @@ from tests.helpers import (
     db_rows,
     new_user,
     overdue,
+    payment_of,
     persist_order,
     stocks,
 )
@@ -56,7 +57,7 @@ def test_a_payment_in_time_pays_the_hold(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (hold,) = sell()
-    paid = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    paid = holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
     assert isinstance(paid, dict)
     assert paid["status"] == PAID
     assert paid["orderId"] == str(hold.order_id)
@@ -64,7 +65,7 @@ def test_a_payment_in_time_pays_the_hold(
     assert paid["payBy"] is not None
     assert paid["paidAt"] < paid["payBy"]
     row = stored(db, hold)
-    assert (row["status"], row["payment_id"], row["in_time"]) == (2, "pay-1", 1)
+    assert (row["status"], row["payment_id"], row["in_time"]) == (2, payment_of(hold.order_id), 1)
     assert stocks(db, redis, hold.voucher_id) == (2, 2)
     assert hint_status(redis, hold) == PAID
 
@@ -73,9 +74,9 @@ def test_the_same_payment_again_answers_paid_and_changes_nothing(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (hold,) = sell()
-    first = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    first = holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
     before = stored(db, hold)
-    again = holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    again = holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
     assert again == first
     assert stored(db, hold) == before
 
@@ -84,9 +85,27 @@ def test_another_payment_of_a_paid_hold_is_already_paid(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (hold,) = sell()
-    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
-    assert holds.pay(db, redis, scripts, hold.order_id, "pay-2") == REFUSALS["ALREADY_PAID"]
-    assert stored(db, hold)["payment_id"] == "pay-1"
+    holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
+    assert holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id, 2)) == REFUSALS["ALREADY_PAID"]
+    assert stored(db, hold)["payment_id"] == payment_of(hold.order_id)
+
+
+def test_one_payment_pays_one_order(
+    db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
+) -> None:
+    first, second = sell(count=2)
+    (other,) = sell()  # another voucher's order: a payment pays one order, whatever the voucher
+    payment = payment_of(first.order_id)
+    assert isinstance(holds.pay(db, redis, scripts, first.order_id, payment), dict)
+    for hold in (second, other):
+        assert holds.pay(db, redis, scripts, hold.order_id, payment) == REFUSALS[PAYMENT_USED]
+        assert (stored(db, hold)["status"], stored(db, hold)["payment_id"]) == (1, None)
+    assert stocks(db, redis, second.voucher_id) == (1, 1)
+    # The refused order is still payable, by a payment of its own.
+    paid = holds.pay(db, redis, scripts, second.order_id, payment_of(second.order_id))
+    assert isinstance(paid, dict)
+    assert paid["status"] == PAID
+    assert stored(db, first)["payment_id"] == payment
 
 
 def test_a_payment_after_the_deadline_expires_the_hold_before_any_expiry_ran(
@@ -94,12 +113,12 @@ def test_a_payment_after_the_deadline_expires_the_hold_before_any_expiry_ran(
 ) -> None:
     (hold,) = sell()
     overdue(db, hold)
-    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
+    assert holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id)) == REFUSALS[EXPIRED]
     row = stored(db, hold)
     assert (row["status"], row["close_reason"], row["payment_id"]) == (4, EXPIRED, None)
     assert stocks(db, redis, hold.voucher_id) == (3, 3)  # the unit is back, in both
     # Paid again, or expired by the expiry that follows: back once only.
-    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[EXPIRED]
+    assert holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id)) == REFUSALS[EXPIRED]
     assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.CLOSED
     assert stocks(db, redis, hold.voucher_id) == (3, 3)
     assert hint_status(redis, hold) == EXPIRED
@@ -107,7 +126,8 @@ def test_a_payment_after_the_deadline_expires_the_hold_before_any_expiry_ran(
 
 
 def test_a_payment_of_an_unknown_order_is_not_found(db: Database, redis: Any, scripts: Scripts) -> None:
-    assert holds.pay(db, redis, scripts, 10**15 + random.randrange(10**9), "pay-1") == NOT_FOUND
+    unknown = 10**15 + random.randrange(10**9)
+    assert holds.pay(db, redis, scripts, unknown, payment_of(unknown)) == NOT_FOUND
 
 
 # --- cancel ----------------------------------------------------------------------------------------
@@ -124,7 +144,7 @@ def test_the_owner_cancels_and_the_unit_is_back_once(
     # A retry whose first answer was lost: the same answer, nothing more given back.
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == cancelled
     assert stocks(db, redis, hold.voucher_id) == (3, 3)
-    assert holds.pay(db, redis, scripts, hold.order_id, "pay-1") == REFUSALS[CANCELLED]
+    assert holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id)) == REFUSALS[CANCELLED]
     assert hint_status(redis, hold) == CANCELLED
 
 
@@ -141,7 +161,7 @@ def test_a_paid_hold_cannot_be_cancelled(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (hold,) = sell()
-    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
     assert holds.cancel(db, redis, scripts, hold.order_id, hold.user_id) == REFUSALS[PAID]
     assert stocks(db, redis, hold.voucher_id) == (2, 2)
 
@@ -170,7 +190,7 @@ def test_expire_leaves_a_paid_hold_and_a_missing_order_alone(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (hold,) = sell()
-    holds.pay(db, redis, scripts, hold.order_id, "pay-1")
+    holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id))
     overdue(db, hold)
     assert holds.expire(db, redis, scripts, hold.order_id).outcome is Expiry.PAID
     assert stored(db, hold)["status"] == 2
@@ -255,7 +275,7 @@ def test_payment_and_cancel_racing_on_one_hold_one_wins_and_stock_is_right(
     for _ in range(12):
         (hold,) = sell(stock=2)
         calls = [
-            lambda h=hold: holds.pay(db, redis, scripts, h.order_id, "pay-1"),
+            lambda h=hold: holds.pay(db, redis, scripts, h.order_id, payment_of(h.order_id)),
             lambda h=hold: holds.cancel(db, redis, scripts, h.order_id, h.user_id),
         ]
         rng.shuffle(calls)
@@ -277,7 +297,7 @@ def test_payment_racing_the_expiry_at_the_deadline_one_wins(
     (hold,) = sell()
     overdue(db, hold)
     paid, expired = race(
-        lambda: holds.pay(db, redis, scripts, hold.order_id, "pay-1"),
+        lambda: holds.pay(db, redis, scripts, hold.order_id, payment_of(hold.order_id)),
         lambda: holds.expire(db, redis, scripts, hold.order_id),
     )
     # Past the deadline the payment can only lose, whichever ran first.
@@ -356,7 +376,7 @@ def test_a_redelivered_order_paid_or_closed_has_no_deadline_to_keep(
     db: Database, redis: Any, scripts: Scripts, sell: Callable[..., list[Hold]]
 ) -> None:
     (paid,), (cancelled,) = sell(), sell()
-    holds.pay(db, redis, scripts, paid.order_id, "pay-1")
+    holds.pay(db, redis, scripts, paid.order_id, payment_of(paid.order_id))
     holds.cancel(db, redis, scripts, cancelled.order_id, cancelled.user_id)
     for hold in (paid, cancelled):
         [row] = db_rows(db, "SELECT create_time FROM tb_voucher_order WHERE id = %s", hold.order_id)

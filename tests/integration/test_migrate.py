@@ -180,11 +180,21 @@ def columns(creds: Credentials, name: str) -> list[dict[str, Any]]:
     )
 
 
+def keys_of(creds: Credentials, name: str) -> list[dict[str, Any]]:
+    return query(
+        creds,
+        "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS"
+        " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+        name,
+    )
+
+
 def test_a_database_from_before_holds_takes_the_new_columns_and_its_unpaid_orders_a_deadline(
     fresh: Credentials,
 ) -> None:
-    migrate(fresh)
+    assert migrate(fresh) == []
     expected = columns(fresh, fresh.database)
+    expected_keys = keys_of(fresh, fresh.database)
     db = f"`{fresh.database}`"
     # The tables as they were before holds: without the added columns.
     for table, column in migrate_module.ADDED_COLUMNS:
@@ -204,9 +214,10 @@ def test_a_database_from_before_holds_takes_the_new_columns_and_its_unpaid_order
         " (1, 10, 7, 1, '2026-01-01 10:00:00.250', NULL), (2, 11, 7, 2, '2026-01-01 10:00:01', '2026-01-01 10:01:00')",
     )
 
-    migrate(fresh)
+    assert migrate(fresh) == []
 
     assert columns(fresh, fresh.database) == expected
+    assert keys_of(fresh, fresh.database) == expected_keys  # uk_payment went with its column, and is back
     orders = f"SELECT id, pay_by, payment_id, close_reason FROM {db}.tb_voucher_order ORDER BY id"
     after = query(fresh, orders)
     assert [(r["id"], str(r["pay_by"]), r["payment_id"], r["close_reason"]) for r in after] == [
@@ -221,3 +232,37 @@ def test_a_database_from_before_holds_takes_the_new_columns_and_its_unpaid_order
     migrate(fresh)
     assert columns(fresh, fresh.database) == expected
     assert query(fresh, orders)[0]["pay_by"] is None
+
+
+def test_a_payment_id_paying_two_orders_is_reported_and_kept_and_the_rest_migrates(
+    fresh: Credentials, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    migrate(fresh)
+    db = f"`{fresh.database}`"
+    # From before UNIQUE (payment_id), and before close_reason: one payment paid orders 1 and 3.
+    query(fresh, f"ALTER TABLE {db}.tb_voucher_order DROP KEY uk_payment, DROP COLUMN close_reason")
+    query(
+        fresh,
+        f"INSERT INTO {db}.tb_voucher_order (id, user_id, voucher_id, status, payment_id) VALUES"
+        " (1, 10, 7, 2, 'p-1'), (2, 11, 7, 2, 'p-2'), (3, 12, 7, 2, 'p-1'), (4, 13, 7, 1, NULL), (5, 14, 7, 1, NULL)",
+    )
+    orders = f"SELECT id, status, payment_id FROM {db}.tb_voucher_order ORDER BY id"
+    before = query(fresh, orders)
+
+    [report] = migrate(fresh)
+
+    assert "uk_payment" in report
+    assert "'p-1' in rows 1,3" in report
+    assert "p-2" not in report
+    assert query(fresh, orders) == before  # nothing dropped, nothing changed
+    assert "close_reason" in {c["COLUMN_NAME"] for c in columns(fresh, fresh.database)}  # the rest is applied
+    assert "uk_payment" not in {k["INDEX_NAME"] for k in keys_of(fresh, fresh.database)}
+    # The command says so, and exits 1.
+    monkeypatch.setenv("DB_NAME", fresh.database)
+    assert migrate_module.main([]) == 1
+    assert "not applied: tb_voucher_order.uk_payment" in capsys.readouterr().err
+
+    # Once an operator settles the duplicate, the next migration adds the key.
+    query(fresh, f"UPDATE {db}.tb_voucher_order SET payment_id = 'p-3' WHERE id = 3")
+    assert migrate(fresh) == []
+    assert "uk_payment" in {k["INDEX_NAME"] for k in keys_of(fresh, fresh.database)}

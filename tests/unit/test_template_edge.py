@@ -369,7 +369,7 @@ def test_the_stack_and_edge_waf_yaml_have_the_same_rules(template: Template, waf
     assert waf["Outputs"]["WebAclArn"]["Value"] == {"Fn::GetAtt": ["EdgeWebAcl", "Arn"]}
 
 
-def test_rate_limits_guard_the_press_path(transformed: dict[str, Any]) -> None:
+def test_rate_limits_guard_the_press_and_order_routes(transformed: dict[str, Any]) -> None:
     parameters = transformed["Parameters"]
     found = rules(stack(transformed))
     for name, key, parameter in (
@@ -384,11 +384,11 @@ def test_rate_limits_guard_the_press_path(transformed: dict[str, Any]) -> None:
         assert int(parameters[parameter]["MinValue"]) >= 10
         assert statement["Limit"] == int(parameters[parameter]["Default"])
         path = statement["ScopeDownStatement"]["ByteMatchStatement"]
-        assert (path["FieldToMatch"], path["PositionalConstraint"], path["SearchString"]) == (
-            {"UriPath": {}},
-            "STARTS_WITH",
-            "/voucher-order/seckill/",
-        )
+        assert (path["FieldToMatch"], path["PositionalConstraint"]) == ({"UriPath": {}}, "STARTS_WITH")
+        # The press, and the status and cancel routes a guessed order id reaches, count alike.
+        for route in ("/voucher-order/seckill/1", "/voucher-order/2", "/voucher-order/2/cancel"):
+            assert route.startswith(path["SearchString"]), route
+        assert not "/voucher/list/1".startswith(path["SearchString"])
         assert rule["Action"] == {"Block": {"CustomResponse": {"ResponseCode": 429}}}
     token = found["press-rate-per-token"]["Statement"]["RateBasedStatement"]["CustomKeys"]
     assert token == [{"Header": {"Name": "authorization", "TextTransformations": [{"Priority": 0, "Type": "NONE"}]}}]

@@ -178,6 +178,10 @@ def test_a_time_that_is_not_iso_8601_names_the_field(begin: object) -> None:
         ("2030-11-30T12:00", datetime(2030, 11, 30, 12, tzinfo=UTC)),
         ("2030-11-30T12:00:00.250+08:00", datetime(2030, 11, 30, 4, 0, 0, 250_000, tzinfo=UTC)),
         ("2032-02-29T00:00:00Z", datetime(2032, 2, 29, tzinfo=UTC)),
+        # RFC 3339 lets the "T" and the "Z" be lowercase.
+        ("2030-11-30t12:00:00z", datetime(2030, 11, 30, 12, tzinfo=UTC)),
+        ("2030-11-30T12:00:00.5z", datetime(2030, 11, 30, 12, 0, 0, 500_000, tzinfo=UTC)),
+        ("2030-11-30t12:00+08:00", datetime(2030, 11, 30, 4, tzinfo=UTC)),
     ],
 )
 def test_iso_8601_times_to_the_minute_or_finer(begin: str, expected: datetime) -> None:

@@ -13,8 +13,20 @@ Safe at any time, alongside live traffic, and any number of times in a row:
    - failed (``NOT_QUEUED``) and released, if its order was never promised (the
      request answered 503 or died): a copy still on its way is then refused;
    - released, if it has no order id: the request died before it could answer 202;
-3. once the queue is drained, Redis stock and buyers are compared with MySQL
+3. every hold past its deadline is expired, by ``seckill.holds.expire`` as the
+   expiry function would: a lost or dead-lettered expiry (or an order stored
+   with no ``pay_by``) keeps a unit off sale one pass at most;
+4. every closed order whose unit never reached Redis (a give-back that failed
+   after MySQL committed) is given back, whatever is on OrderQueue;
+5. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
+
+The stock repair waits for an empty queue because it sets Redis's stock to
+MySQL's less the reservations Redis still holds: an order on its way that Redis
+no longer holds a mark for (a partial loss) is counted by neither, and would be
+sold twice. A missed give-back needs no such count: MySQL's stock holds that
+unit already, the order is closed for good, and ``lua/give_back.lua`` returns
+it once per order id (``seckill:returned:{v}``), whatever else runs.
 
 ``seckill-reconcile`` (``seckill_ops.reconcile``) runs it once; ReconcilerFunction runs it on a schedule.
 """
@@ -27,6 +39,8 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 
+from seckill import holds
+from seckill.holds import CLOSED_STATUS, Expiry
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -59,6 +73,8 @@ class VoucherReconciled:
     failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
     released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
+    expired: list[str] = field(default_factory=list)  # order ids of holds past their deadline, expired now
+    returned: list[str] = field(default_factory=list)  # order ids of closed holds whose unit Redis missed
     drift: Restored | None = None
     repaired: bool = False
 
@@ -77,6 +93,8 @@ class Reconciled:
             "failed": sum(len(x.failed) for x in v),
             "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
+            "expired": sum(len(x.expired) for x in v),
+            "returned": sum(len(x.returned) for x in v),
             "drifted": sum(bool(x.drift and x.drift.drifted) for x in v),
             "repaired": sum(x.repaired for x in v),
         }
@@ -145,6 +163,20 @@ def resolve_pending(
             result.cleared.append(str(mark.order_id))  # it reached MySQL meanwhile
 
 
+def give_back_missed(db: Database, scripts: Scripts, voucher_id: int) -> list[str]:
+    """Give back the units of the voucher's closed orders that Redis never got; the order
+    ids given back now. Called once a check found some (``Restored.returns_recorded``):
+    ``give_back`` skips, atomically, every order whose unit is back already."""
+
+    def read(cursor: DictCursor) -> list[int]:
+        cursor.execute(
+            "SELECT id FROM tb_voucher_order WHERE voucher_id = %s AND status = %s", (voucher_id, CLOSED_STATUS)
+        )
+        return [int(r["id"]) for r in cursor.fetchall()]
+
+    return [str(o) for o in db.run(read, read_only=True) if holds.give_back(scripts, voucher_id, o) == 1]
+
+
 def reconcile(
     db: Database,
     redis: RedisClient,
@@ -158,8 +190,9 @@ def reconcile(
 ) -> Reconciled:
     """One pass over the vouchers on sale (or ``voucher_ids``).
 
-    ``drained``: no order is on OrderQueue; drift is repaired only then, and with
-    ``repair``.
+    ``drained``: no order is on OrderQueue; drift is repaired only then. Without
+    ``repair`` nothing is expired, given back or repaired: the pass reports.
+    A Redis failure after an expiry committed is raised; the next pass gives its unit back.
     """
     gate = Gate(redis, scripts, refusal_cache_seconds=0)
     # The gate stamps reservations with the Redis server's clock; judge their age by it too.
@@ -168,6 +201,12 @@ def reconcile(
     results = []
     for voucher_id in voucher_ids if voucher_ids is not None else voucher_ids_on_sale(db):
         result = VoucherReconciled(voucher_id)
+        if repair:
+            # Before the check, so that it counts these units back: in MySQL at once, in
+            # Redis by each expiry's give-back (a lost voucher's rebuild counts them).
+            for order_id in holds.overdue(db, voucher_id):
+                if holds.expire(db, redis, scripts, order_id).outcome is Expiry.EXPIRED:
+                    result.expired.append(str(order_id))
         state = restore(db, scripts, voucher_id, "check")
         if state is None:
             continue  # not a seckill voucher MySQL knows
@@ -175,6 +214,8 @@ def reconcile(
         if state.redis_stock is None:
             result.missing = True
             continue
+        if repair and state.returns_recorded:
+            result.returned = give_back_missed(db, scripts, voucher_id)
         resolve_pending(db, redis, gate, queue, voucher_id, older_than_ms, result)
         mode: Mode = "repair" if drained and repair else "check"
         result.drift = restore(db, scripts, voucher_id, mode)
