@@ -304,9 +304,17 @@ def check_edge(
     return checks
 
 
-def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], path: Path, title: str) -> str:
+def plot_edge(
+    presses: list[Press],
+    watch: EdgeWatch,
+    figures: dict[str, Any],
+    path: Path,
+    title: str,
+    extra: list[tuple[float, str]] | None = None,
+) -> str:
     """Presses per ``BIN`` seconds answered at the edge and by the function, with the
-    sell-outs, the flag reaching the edge and the returns marked; what to tell the user."""
+    sell-outs, the flag reaching the edge, the returns and the ``extra`` marks (a draw's
+    opening and cursor moves); what to tell the user."""
     import matplotlib  # here, not at import: only a sale with the edge draws this
 
     matplotlib.use("Agg")
@@ -331,6 +339,7 @@ def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], p
         marks.append((figures["last_202_at_s"], "last 202 before it"))
     if figures["first_edge_sold_out_at_s"] is not None:
         marks.append((figures["first_edge_sold_out_at_s"], "first SOLD_OUT at the edge"))
+    marks += extra or []
     for i, (at, label) in enumerate(sorted(marks)):
         ax.axvline(at, color="grey", linestyle=":", linewidth=1)
         height = 1 - 0.3 * (i % 3)  # marks close together would write over each other

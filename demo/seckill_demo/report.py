@@ -63,6 +63,7 @@ class Report:
     plot: str = ""  # the stock plot's path, or why there is none
     edge: dict[str, Any] | None = None  # what the edge answered and how soon (seckill_demo.edge); None: no edge
     edge_plot: str = ""  # the edge plot's path
+    draw: dict[str, Any] | None = None  # entrants, admitted, moves... (seckill_demo.draw); None: a race
 
     @property
     def ok(self) -> bool:
@@ -284,6 +285,35 @@ def edge_rows(table: Table, edge: dict[str, Any]) -> None:
         )
 
 
+def draw_rows(table: Table, draw: dict[str, Any]) -> None:
+    """A draw sale's figures (``seckill_demo.draw.draw_figures``); locally the tickets may show."""
+    table.add_row(
+        "draw: entrants (late) / never entered",
+        f"{draw['entrants']:,} ({draw['late_entrants']:,}) / {draw['without_entry']:,}"
+        + (
+            ""
+            if (draw["record_entrants"], draw["record_late_entrants"]) == (draw["entrants"], draw["late_entrants"])
+            else f"; the record says {draw['record_entrants']} ({draw['record_late_entrants']})"
+        ),
+    )
+    table.add_row(
+        f"draw: admitted (late) / cursor moves, admitFactor {draw['admit_factor']}",
+        f"{draw['admitted']:,} ({draw['admitted_late']:,}) / {draw['moves']}",
+    )
+    first = draw["first_second"]
+    share = f"{draw['first_second_at_edge'] / first:.1%}" if first else "-"
+    table.add_row("draw: first second at the edge", f"{draw['first_second_at_edge']:,} of {first:,} ({share})")
+    table.add_row(
+        "draw: presses at the function / admitted x presses",
+        f"{draw['reached_function']:,} / {draw['budget']:,}",
+    )
+    table.add_row(
+        "draw: winners' highest ticket / cursor then",
+        f"{draw['highest_winning_ticket'] or '-'} / {draw['cursor_at_that_win'] or '-'}",
+    )
+    table.add_row("draw: first cursor / final cursor", f"{draw['first_move'] or '-'} / {draw['final_cursor'] or '-'}")
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
@@ -325,6 +355,8 @@ def render(report: Report, console: Console | None = None) -> None:
     )
     if report.edge is not None:
         edge_rows(table, report.edge)
+    if report.draw is not None:
+        draw_rows(table, report.draw)
     table.add_row("seed", str(report.seed))
     out.print(table)
     for plot in (report.plot, report.edge_plot):

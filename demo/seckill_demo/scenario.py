@@ -35,6 +35,16 @@ from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, RECONCILE_EVERY, Chaos
+from seckill_demo.draw import (
+    EDGE_SKEW,
+    DrawRun,
+    Entry,
+    admitted_crowd,
+    check_draw,
+    draw_figures,
+    move_marks,
+    open_draw,
+)
 from seckill_demo.edge import (
     RETURN_CLEARS_WITHIN,
     EdgeWatch,
@@ -49,6 +59,7 @@ from seckill_demo.load import TOKEN_TTL, Press, fire, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants, press_figures, render
 from seckill_demo.stack import LocalStack
 from seckill_local.sqs import sqs_client
+from seckill_ops.draw import fetch_record
 
 console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
@@ -89,9 +100,23 @@ class Sale:
         self.dlq_url = queues["OrderDeadLetterQueue"]
         self.poison_url = queues["OrderPoisonQueue"]
         self.voucher_id = 0
+        self.passes: dict[int, str] = {}  # a draw sale's: user -> the pass its entry gave
+        self.opens_at = 0.0  # epoch seconds of the sale's beginTime
 
     def create_voucher(self, what: str) -> None:
+        """A voucher on sale now; a draw's (``--admission draw``) opens once its entries and the draw are done."""
         now = datetime.now(UTC)
+        begin = now - timedelta(seconds=5)
+        draw: dict[str, Any] = {}
+        if self.args.admission == "draw":
+            begin = now + timedelta(seconds=self.args.entry_seconds + self.args.draw_close)
+            draw = {
+                "admission": "draw",
+                "admitFactor": self.args.admit_factor,
+                "drawCloseSeconds": self.args.draw_close,
+                "waveSeconds": self.args.wave_seconds,
+            }
+        self.opens_at = begin.timestamp()
         self.voucher_id = self.admin.create_seckill_voucher(
             {
                 "shopId": self.args.shop_id,
@@ -102,10 +127,11 @@ class Sale:
                 "actualValue": 10000,
                 "type": 1,
                 "stock": self.args.stock,
-                "beginTime": (now - timedelta(seconds=5)).isoformat(),
-                "endTime": (now + timedelta(hours=1)).isoformat(),
+                "beginTime": begin.isoformat(),
+                "endTime": (begin + timedelta(hours=1)).isoformat(),
             }
             | ({} if self.args.hold is None else {"holdSeconds": self.args.hold})
+            | draw
         )
 
     def fire(
@@ -128,6 +154,7 @@ class Sale:
             args.seed,
             on_press,
             on_win,
+            self.passes,
         )
 
     def redeliver(self, presses: list[Press]) -> int:
@@ -293,7 +320,13 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge
-    counted = None if edge is None else edge.stats()  # the readiness probes went through it too
+    entries: dict[int, Entry] = {}
+    passless: list[int] = []
+    if args.admission == "draw":
+        with progress_bars() as progress:
+            entries, passless = open_draw(sale, tokens, progress)
+    offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
+    counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         watch = None
         if edge is not None:
@@ -301,7 +334,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
                 EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
             )
         reconciled: Counter[str] = Counter()
-        run = HoldsRun(sale, sampler) if holds_on else None
+        crowd = None
+        if entries and holds_on:
+            crowd = admitted_crowd(sale, tokens, entries, patience=2 * args.wave_seconds + args.drain_timeout)
+        run = HoldsRun(sale, sampler, crowd) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
         if sale.chaos is not None:
@@ -327,6 +363,14 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         rush = list(presses)  # the report's press figures are the first wave's
         if run is not None:
             run.waves(progress, presses, tokens)
+    draw_run = None
+    if entries:
+        sale.admin.stop(sale.voucher_id)  # the sale is over: the seed is revealed
+        record = fetch_record(sale.api_url, sale.voucher_id, sale.http)
+        draw_run = DrawRun(
+            sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
+            args.presses, EDGE_SKEW,
+        )  # fmt: skip
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
     edge_report, edge_plot, edge_checks = None, "", []
@@ -337,8 +381,14 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         within = RETURN_CLEARS_WITHIN + (RECONCILE_EVERY if sale.chaos is not None else 0)
         edge_checks = [*check_edge(presses, watch, edge_report, len(rush), within), check_server(presses, stats)]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
+        moves = [] if draw_run is None else move_marks(draw_run, offset + watch.started)
         edge_plot = plot_edge(
-            presses, watch, edge_report, path, f"voucher {sale.voucher_id}: presses at the edge and at the function"
+            presses,
+            watch,
+            edge_report,
+            path,
+            f"voucher {sale.voucher_id}: presses at the edge and at the function",
+            moves,
         )
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
@@ -389,6 +439,9 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         edge_plot=edge_plot,
     )
     report.checks.extend(edge_checks)
+    if draw_run is not None:
+        report.draw = draw_figures(draw_run, presses)
+        report.checks.extend(check_draw(draw_run, presses, report.draw, outcome.orders, args.seed))
     if held is not None and run is not None:
         report.reconciliation = dict(reconciled + run.reconciled)
         if sale.chaos is not None:
