@@ -1,47 +1,74 @@
 import cf from 'cloudfront';
+import crypto from 'crypto';
 
 // Answers at the edge a seckill press whose refusal is already decided (docs/edge.md),
 // from the sale's state the gate publishes to the KeyValueStore: key = the voucher id,
-// value = {"v":version,"begin":ms,"end":ms,"soldOut":bool,"stopped":bool}. Whenever it
-// is unsure it returns the request unchanged, so the API decides as without an edge.
+// value = {"v":version,"begin":ms,"end":ms,"soldOut":bool,"stopped":bool}, and for a draw
+// also "draw":true and "moves":[[atMs,"cursor"],...]; key "pass-keys" = {"keys":{kid:hex}}.
+// Whenever its store leaves it unsure it returns the request unchanged, so the API decides
+// as without an edge.
 const kvs = cf.kvs();
 
 // The clock difference between this edge and Redis's TIME that the rules tolerate:
-// within SKEW_MS of an opening or a close the gate alone decides.
+// within SKEW_MS of an opening, a close, a pass's expiry or a cursor's move the gate
+// alone decides.
 const SKEW_MS = 1000;
 const PRESS = /^\/voucher-order\/seckill\/([1-9][0-9]{0,18})$/;
 const ID_MAX = '9223372036854775807';
+// <kid>.<voucherId>.<userId>.<th>.<ticket>.<exp>.<sig> (docs/edge.md, "A draw").
+const PASS = /^([a-z0-9]{1,16})\.([1-9][0-9]{0,18})\.([1-9][0-9]{0,18})\.([0-9a-f]{32})\.([0-9a-f]{17})\.([1-9][0-9]{0,15})\.([A-Za-z0-9_-]{43})$/;
+const CURSOR = /^[0-9a-f]{17}$/;
+const KEY = /^[0-9a-f]{64}$/;
+const KID = /^[a-z0-9]{1,16}$/;
+const MOVES_MAX = 8;
 
-// Byte for byte the Lambda's bodies: Python's json.dumps of the Result.
+// Byte for byte the Lambda's bodies (Python's json.dumps of the Result), and API
+// Gateway's own 401 when the token header is missing.
 const BODIES = {
   NOT_STARTED: '{"success": false, "data": null, "errorMsg": "the sale has not started", "code": "NOT_STARTED"}',
   ENDED: '{"success": false, "data": null, "errorMsg": "the sale has ended", "code": "ENDED"}',
   SOLD_OUT: '{"success": false, "data": null, "errorMsg": "sold out", "code": "SOLD_OUT"}',
+  NO_PASS: '{"success": false, "data": null, "errorMsg": "no valid pass for this voucher", "code": "NO_PASS"}',
+  NOT_ADMITTED: '{"success": false, "data": null, "errorMsg": "not admitted yet", "code": "NOT_ADMITTED"}',
+  UNAUTHORIZED: '{"message":"Unauthorized"}',
+};
+const STATUS = {
+  NO_PASS: [403, 'Forbidden'],
+  UNAUTHORIZED: [401, 'Unauthorized'],
 };
 
 async function handler(event) {
   const request = event.request;
-  const token = request.headers.authorization;
-  if (request.method !== 'POST' || !token || !token.value) {
-    // No token: API Gateway's 401 stays the answer.
+  if (request.method !== 'POST') {
     return request;
   }
   const match = PRESS.exec(request.uri);
   if (!match || !positive64(match[1])) {
     return request;
   }
-  let state;
-  try {
-    state = JSON.parse(await kvs.get(match[1], { format: 'string' }));
-  } catch (e) {
-    // A voucher the store has no key for (get throws), or a store that failed.
+  const token = header(request, 'authorization');
+  const state = await read(match[1]);
+  if (!state) {
     return request;
   }
-  if (!wellFormed(state)) {
-    return request;
+  const now = Date.now();
+  let code;
+  if (state.draw) {
+    code = await drawRefusal(state, match[1], token, header(request, 'x-seckill-pass'), now);
+  } else {
+    // No token: API Gateway's 401 stays the answer.
+    code = token ? refusal(state, null, now) : null;
   }
-  const code = refusal(state, Date.now());
   return code ? refuse(code) : request;
+}
+
+// A header's text as API Gateway passes it on: repeated values joined by commas; '' if absent.
+function header(request, name) {
+  const entry = request.headers[name];
+  if (!entry) {
+    return '';
+  }
+  return entry.multiValue ? entry.multiValue.map((item) => item.value).join(',') : entry.value || '';
 }
 
 // A 19-digit id may still exceed 2^63 - 1; compared as text (no BigInt at the edge).
@@ -49,29 +76,128 @@ function positive64(id) {
   return id.length < ID_MAX.length || id <= ID_MAX;
 }
 
+// The voucher's entry, or null when the store has none (get throws) or it is no state.
+async function read(key) {
+  try {
+    const state = JSON.parse(await kvs.get(key, { format: 'string' }));
+    return wellFormed(state) ? state : null;
+  } catch (e) {
+    return null;
+  }
+}
+
 function wellFormed(state) {
-  return (
-    state !== null &&
-    typeof state === 'object' &&
-    count(state.v) &&
-    count(state.begin) &&
-    count(state.end) &&
-    typeof state.soldOut === 'boolean' &&
-    typeof state.stopped === 'boolean'
-  );
+  if (
+    state === null ||
+    typeof state !== 'object' ||
+    !count(state.v) ||
+    !count(state.begin) ||
+    !count(state.end) ||
+    typeof state.soldOut !== 'boolean' ||
+    typeof state.stopped !== 'boolean'
+  ) {
+    return false;
+  }
+  if (state.draw === undefined && state.moves === undefined) {
+    return true;
+  }
+  const moves = state.moves;
+  if (state.draw !== true || !Array.isArray(moves) || moves.length > MOVES_MAX) {
+    return false;
+  }
+  for (let i = 0; i < moves.length; i++) {
+    const move = moves[i];
+    if (
+      !Array.isArray(move) ||
+      move.length !== 2 ||
+      !count(move[0]) ||
+      typeof move[1] !== 'string' ||
+      !CURSOR.test(move[1]) ||
+      (i > 0 && (move[0] <= moves[i - 1][0] || move[1] < moves[i - 1][1]))
+    ) {
+      return false;
+    }
+  }
+  return true;
 }
 
 function count(value) {
   return typeof value === 'number' && value >= 0 && value % 1 === 0;
 }
 
-// lua/gate.lua's precedence: NOT_STARTED, then ENDED, then SOLD_OUT; null = forward.
-function refusal(state, now) {
-  if (now < state.begin - SKEW_MS) {
-    return 'NOT_STARTED';
+// The draw's order: 401, NO_PASS, then the window and the cursor (refusal); null = forward.
+async function drawRefusal(state, voucherId, authorization, text, now) {
+  if (!authorization) {
+    return 'UNAUTHORIZED';
   }
-  if (now < state.begin + SKEW_MS) {
+  const pass = PASS.exec(text);
+  if (
+    !pass ||
+    pass[2] !== voucherId ||
+    !positive64(pass[3]) ||
+    pass[4] !== tokenHash(authorization) ||
+    now > pass[6] * 1000 + SKEW_MS
+  ) {
+    return 'NO_PASS';
+  }
+  const keys = await passKeys();
+  if (!keys || now >= pass[6] * 1000 - SKEW_MS) {
+    // No key list to check the signature with, or an expiry too close to call.
     return null;
+  }
+  const key = Object.prototype.hasOwnProperty.call(keys, pass[1]) ? keys[pass[1]] : null;
+  if (!key || !sameText(pass[7], sign(key, text.slice(0, text.length - 44)))) {
+    return 'NO_PASS';
+  }
+  return refusal(state, pass[5], now);
+}
+
+// The token as the authorizer reads it (Bearer removed), hashed as a pass binds it.
+function tokenHash(authorization) {
+  let token = authorization.trim();
+  if (token.slice(0, 7).toLowerCase() === 'bearer ') {
+    token = token.slice(7).trim();
+  }
+  return crypto.createHash('sha256').update(token).digest('hex').slice(0, 32);
+}
+
+// The ring's verifying keys (kid -> 64 hex), or null when the store has no usable list.
+async function passKeys() {
+  try {
+    const ring = JSON.parse(await kvs.get('pass-keys', { format: 'string' }));
+    const keys = ring.keys;
+    if (keys === null || typeof keys !== 'object' || Array.isArray(keys)) {
+      return null;
+    }
+    for (const kid in keys) {
+      if (!KID.test(kid) || typeof keys[kid] !== 'string' || !KEY.test(keys[kid])) {
+        return null;
+      }
+    }
+    return keys;
+  } catch (e) {
+    return null;
+  }
+}
+
+function sign(key, text) {
+  return crypto.createHmac('sha256', Buffer.from(key, 'hex')).update(text).digest('base64url');
+}
+
+// Compared in time independent of where they differ.
+function sameText(a, b) {
+  let diff = a.length ^ b.length;
+  for (let i = 0; i < a.length && i < b.length; i++) {
+    diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  }
+  return diff === 0;
+}
+
+// lua/gate.lua's precedence: NOT_STARTED, ENDED, SOLD_OUT for a race; for a draw (a
+// ticket) ENDED, NOT_ADMITTED, NOT_STARTED, SOLD_OUT. null = forward.
+function refusal(state, ticket, now) {
+  if (ticket === null && now < state.begin + SKEW_MS) {
+    return now < state.begin - SKEW_MS ? 'NOT_STARTED' : null;
   }
   if (state.stopped || now > state.end + SKEW_MS) {
     return 'ENDED';
@@ -79,13 +205,44 @@ function refusal(state, now) {
   if (now >= state.end - SKEW_MS) {
     return null;
   }
+  if (ticket !== null) {
+    const cursor = cursorAt(state.moves, now);
+    if (cursor === undefined) {
+      return null;
+    }
+    if (cursor !== null && ticket >= cursor) {
+      return 'NOT_ADMITTED';
+    }
+  }
+  if (now < state.begin - SKEW_MS) {
+    return 'NOT_STARTED';
+  }
+  if (now < state.begin + SKEW_MS) {
+    return null;
+  }
   return state.soldOut ? 'SOLD_OUT' : null;
 }
 
+// The cursor in effect: the move with the largest at <= now; null before the first;
+// undefined within the skew of any move (the gate may see either side of it).
+function cursorAt(moves, now) {
+  let cursor = null;
+  for (let i = 0; i < moves.length; i++) {
+    if (Math.abs(now - moves[i][0]) <= SKEW_MS) {
+      return undefined;
+    }
+    if (moves[i][0] <= now) {
+      cursor = moves[i][1];
+    }
+  }
+  return cursor;
+}
+
 function refuse(code) {
+  const status = STATUS[code] || [409, 'Conflict'];
   return {
-    statusCode: 409,
-    statusDescription: 'Conflict',
+    statusCode: status[0],
+    statusDescription: status[1],
     headers: {
       'content-type': { value: 'application/json' },
       'x-seckill-edge': { value: '1' },

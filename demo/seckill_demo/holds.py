@@ -90,11 +90,12 @@ def parse_time(text: str) -> datetime:
 
 
 class Payer:
-    """The payment service and the winners: payments signed like the admin calls, cancels with the user's token."""
+    """The payment service and the winners: payments signed like the admin calls, cancels
+    and status reads with the user's token at ``user_url`` (the edge's, when the sale has one)."""
 
-    def __init__(self, http: urllib3.PoolManager, api_url: str, admin: AdminClient, seed: int) -> None:
+    def __init__(self, http: urllib3.PoolManager, user_url: str, admin: AdminClient, seed: int) -> None:
         self.http = http
-        self.api_url = api_url
+        self.user_url = user_url
         self.admin = admin
         self.ids = rng(seed, "payment-ids")
         self.lock = threading.Lock()
@@ -108,14 +109,14 @@ class Payer:
         return answer(order_id, "pay", status, body)
 
     def cancel(self, order_id: int, token: str) -> Answer:
-        url = f"{self.api_url}/voucher-order/{order_id}/cancel"
+        url = f"{self.user_url}/voucher-order/{order_id}/cancel"
         response = self.http.request("POST", url, headers={"authorization": token})
         return answer(order_id, "cancel", response.status, json.loads(response.data) if response.data else None)
 
     def at_deadline(self, order_id: int, action: str, token: str, *, patience: float, late: float) -> list[Answer]:
         """Pay or cancel ``late`` seconds after the order's payBy (before it, if negative):
         racing the deadline, and the expiry running at it."""
-        url = f"{self.api_url}/voucher-order/{order_id}"
+        url = f"{self.user_url}/voucher-order/{order_id}"
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline:
             response = self.http.request("GET", url, headers={"authorization": token})
@@ -342,7 +343,7 @@ class HoldsRun:
         self.next_user = sale.args.first_user + sale.args.users
         self.args = sale.args
         self.sampler = sampler
-        self.payer = Payer(sale.http, sale.api_url, sale.admin, sale.args.seed)
+        self.payer = Payer(sale.http, sale.user_url, sale.admin, sale.args.seed)
         self.holds = Holds()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="payer")
         self.running: list[Future[list[Answer]]] = []

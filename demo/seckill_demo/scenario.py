@@ -92,7 +92,9 @@ class Sale:
     ) -> None:
         self.args = args
         self.api_url = api_url
-        self.press_url = api_url  # where the users press: the edge's, when the sale has one
+        # Where the users call the user routes (press, status, cancel): the edge's, when the
+        # sale has one; the API's own endpoint refuses them then (seckill.origin).
+        self.user_url = api_url
         self.http = http
         self.admin = admin
         self.sqs = sqs
@@ -145,7 +147,7 @@ class Sale:
         args = self.args
         return fire(
             self.http,
-            self.press_url,
+            self.user_url,
             self.voucher_id,
             tokens,
             args.presses,
@@ -182,7 +184,7 @@ class Sale:
 
     def status(self, order_id: int, token: str) -> tuple[str, str | None]:
         """What the status route says of an order: (its status or the HTTP status, the reason it failed)."""
-        url = f"{self.api_url}/voucher-order/{order_id}"
+        url = f"{self.user_url}/voucher-order/{order_id}"
         response = self.http.request("GET", url, headers={"authorization": token})
         if response.status != 200:
             return str(response.status), None
@@ -212,7 +214,7 @@ class LocalSale(Sale):
         super().__init__(args, stack.api_url, http, AdminClient(http, stack.api_url), sqs, queues)
         edge_queue = ""
         if stack.edge is not None:
-            self.press_url = stack.edge.url
+            self.user_url = stack.edge.url
             edge_queue = sqs.get_queue_url(QueueName=EDGE_STATE_QUEUE)["QueueUrl"]
         self.edge_states = StateQueue(sqs, edge_queue)  # no queue URL: sends nothing
         self.stack = stack

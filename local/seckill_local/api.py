@@ -2,7 +2,8 @@
 
 Routes come from the template's HttpApi events. A route behind the default
 authorizer runs AuthorizerFunction first (payload 2.0, simple responses,
-cached per identity for ReauthorizeEvery seconds, as API Gateway does). An
+cached for ReauthorizeEvery seconds per token and origin header, the two headers it
+reads: with the edge API Gateway caches nothing, seckill.origin). An
 authorizer that fails (raises, times out, or answers without a boolean
 ``isAuthorized``) gets the client API Gateway's 500 ``Internal Server Error``,
 and nothing is cached.
@@ -31,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from seckill.origin import HEADER as ORIGIN_HEADER
 from seckill_local.lambdas import FunctionPool
 from seckill_local.sigv4 import Verifier, local_credentials
 from seckill_local.sqs import local_region
@@ -97,8 +99,9 @@ class LocalHttpApi:
         assert self.authorizer is not None
         function, ttl = self.authorizer
         now = time.monotonic()
+        identity = f"{token}\n{event['headers'].get(ORIGIN_HEADER, '')}"
         with self._lock:
-            cached = self._auth_cache.get(token)
+            cached = self._auth_cache.get(identity)
         if cached is not None and cached[0] > now:
             return cached[1]
         request = dict(event, type="REQUEST", identitySource=[token])
@@ -111,7 +114,7 @@ class LocalHttpApi:
         context = (answer.get("context") or {}) if answer["isAuthorized"] else None
         if ttl > 0:
             with self._lock:
-                self._auth_cache[token] = (now + ttl, context)
+                self._auth_cache[identity] = (now + ttl, context)
         return context
 
     @staticmethod

@@ -11,7 +11,8 @@
 Redis and MySQL are the real local servers named in the env-vars file.
 --edge runs with the edge: the functions tell EdgeStateQueue of each state change,
 feed runs EdgePublisherFunction on the local edge's store, and start-api serves the
-routes through the CloudFront Function too.
+routes through the CloudFront Function too, the authorizer requiring the origin
+header (a secret of the run's own, SECKILL_ORIGIN_SECRET) the edge adds to each.
 SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
 is called in each function's container as it starts, with the function's logical id
 and the container's number.
@@ -25,6 +26,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import signal
 import sys
 import threading
@@ -51,6 +53,7 @@ DEFAULT_KVS_PORT = 4568
 DEFAULT_KVS_ENDPOINT = f"http://127.0.0.1:{DEFAULT_KVS_PORT}"
 EDGE_QUEUE = "EdgeStateQueue"
 EDGE_QUEUE_VARIABLE = "EDGE_STATE_QUEUE_URL"
+ORIGIN_VARIABLE = "SECKILL_ORIGIN_SECRET"
 
 
 class Runner:
@@ -63,6 +66,9 @@ class Runner:
         self.prefix = args.queue_prefix
         self.visibility_timeout = getattr(args, "visibility_timeout", None)
         self.edge: bool = getattr(args, "edge", False)
+        # With the edge, the authorizer requires the origin header the local edge adds
+        # (seckill.origin): a secret of this run's own.
+        self.origin_secret = secrets.token_urlsafe(32) if self.edge else ""
         self.kvs_endpoint: str = getattr(args, "kvs_endpoint", None) or DEFAULT_KVS_ENDPOINT
         self._queues: dict[str, str] | None = None
 
@@ -94,6 +100,8 @@ class Runner:
             # The publisher writes the local edge's store, whatever ARN the env-vars file
             # gives it for sam local.
             env.update(kvs_environment(self.kvs_endpoint))
+        if self.edge and ORIGIN_VARIABLE in fn.environment:
+            env[ORIGIN_VARIABLE] = self.origin_secret
         if EDGE_QUEUE_VARIABLE in fn.environment:
             # Whatever condition the template puts on it: a local run has an edge when asked for;
             # without one the functions send no notices (nothing would publish them).
@@ -157,7 +165,9 @@ def cmd_start_api(args: argparse.Namespace) -> int:
     api_url = f"http://{args.host}:{server.server_port}"
     edge = None
     if args.edge:
-        edge = EdgeServer(api_url, port=args.edge_port, kvs_port=args.kvs_port, host=args.host)
+        edge = EdgeServer(
+            api_url, port=args.edge_port, kvs_port=args.kvs_port, host=args.host, origin_secret=runner.origin_secret
+        )
     for route, fn in runner.template.routes():
         print(f"  {route.method:<5} {api_url}{route.path}  -> {fn.logical_id} ({route.auth})")
     print(f"HTTP API listening on {api_url}", flush=True)

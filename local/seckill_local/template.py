@@ -116,7 +116,11 @@ class Template:
             if not default:
                 return None
             spec = auth["Authorizers"][default]
-            return self._function_of(spec["FunctionArn"]), int(spec.get("Identity", {}).get("ReauthorizeEvery", 0))
+            ttl = spec.get("Identity", {}).get("ReauthorizeEvery", 0)
+            if isinstance(ttl, dict):
+                # !If [HasEdge, 0, 30]: the longer; the local cache is keyed by the origin header too.
+                ttl = max(int(branch) for branch in ttl["Fn::If"][1:])
+            return self._function_of(spec["FunctionArn"]), int(ttl)
         return None
 
     def _function_of(self, arn: dict[str, Any]) -> str:

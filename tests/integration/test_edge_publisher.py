@@ -4,6 +4,7 @@ client, signed as in AWS: versions, If-Match, conflicts made by real concurrent 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from seckill.edge import passkeys
 from seckill.edge.publisher import Published, Publisher, StoreBusy, kvs_client
 from seckill.edge.state import EdgeState
 from seckill_local.checkout import ROOT
@@ -178,3 +180,97 @@ def test_handler_writes_the_newest_and_fails_the_malformed(
     ]
     assert invoke(publisher_fn, context, sample, *records) == {"bad"}
     assert stored(kvs, edge.kvs_arn, "1") == EdgeState.from_message(newer).value()
+
+
+RING = {"active": "k2", "keys": {"k2": "b2" * 32, "k1": "a1" * 32}}
+
+
+def test_the_pass_keys_are_written_without_active_and_only_when_they_change(edge: EdgeServer, kvs: Any) -> None:
+    publisher = Publisher(kvs, edge.kvs_arn)
+    text = passkeys.value(json.dumps(RING))
+    assert json.loads(text) == {"keys": RING["keys"]}
+    assert passkeys.publish(publisher, text) is Published.WRITTEN
+    assert stored(kvs, edge.kvs_arn, passkeys.KEY) == text
+    etag = kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"]
+    assert passkeys.publish(publisher, text) is Published.STALE
+    assert kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"] == etag  # nothing written
+    retired = passkeys.value(json.dumps({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}))
+    assert passkeys.publish(publisher, retired) is Published.WRITTEN
+    assert stored(kvs, edge.kvs_arn, passkeys.KEY) == retired
+
+
+def test_a_concurrent_write_fails_the_pass_keys_write(edge: EdgeServer, kvs: Any, other: Any) -> None:
+    before_each_put(kvs, lambda: write(other, edge.kvs_arn, "8", at(1).value()), times=1)
+    with pytest.raises(kvs.exceptions.ConflictException):
+        passkeys.publish(Publisher(kvs, edge.kvs_arn), passkeys.value(json.dumps(RING)))
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        stored(kvs, edge.kvs_arn, passkeys.KEY)
+
+
+@pytest.mark.parametrize(
+    "ring",
+    [
+        "not json",
+        "[]",
+        json.dumps({"active": "k1"}),
+        json.dumps({"active": "k1", "keys": {}}),
+        json.dumps({"keys": {"K1": "a1" * 32}}),
+        json.dumps({"keys": {"k" * 17: "a1" * 32}}),
+        json.dumps({"keys": {"k1": "A1" * 32}}),
+        json.dumps({"keys": {"k1": "a1" * 31}}),
+        json.dumps({"keys": {"k1": 1}}),
+        # Twelve keys of 16-character ids: over a KeyValueStore value's 1,024 bytes.
+        json.dumps({"keys": {f"{i:016d}": "a1" * 32 for i in range(12)}}),
+    ],
+)
+def test_a_ring_that_is_none_or_does_not_fit_is_refused(ring: str) -> None:
+    with pytest.raises(passkeys.NotARing):
+        passkeys.value(ring)
+
+
+def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
+    text = passkeys.value(json.dumps({"keys": {f"{i:016d}": "a1" * 32 for i in range(11)}}))
+    assert len(text) == 956
+    assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) is Published.WRITTEN  # the store takes it
+
+
+@pytest.fixture
+def ring_publisher(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """EdgePublisherFunction's module with the ring in SECKILL_PASS_KEYS, as the runner gives it."""
+    monkeypatch.setenv("SECKILL_PASS_KEYS", json.dumps(RING))
+    fn = Function("EdgePublisherFunction", ROOT / "functions" / "edge_publisher", "app.lambda_handler", 30, {})
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "modules", dict(sys.modules))
+        handler = load_handler(fn)
+        return sys.modules[handler.__module__]
+
+
+def test_the_handler_publishes_the_pass_keys_on_its_schedule_and_with_each_batch(
+    ring_publisher: ModuleType, edge: EdgeServer, kvs: Any, other: Any, context: Any
+) -> None:
+    # The schedule's event (EventBridge Scheduler): no records.
+    assert ring_publisher.lambda_handler({}, context) == {"batchItemFailures": []}
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    # Someone replaced it: the next scheduled run puts it back.
+    write(other, edge.kvs_arn, passkeys.KEY, "{}")
+    ring_publisher.lambda_handler({}, context)
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    # A batch: the ring is published, and the states too.
+    write(other, edge.kvs_arn, passkeys.KEY, "{}")
+    ring_publisher.confirmed.clear()  # as in a new container
+    sample = "edge_publisher.json"
+    newer, _ = (r["body"] for r in load_event(sample)["Records"])
+    assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+
+
+def test_the_handler_never_fails_a_batch_for_the_pass_keys(
+    ring_publisher: ModuleType, edge: EdgeServer, kvs: Any, context: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ring_publisher, "ring", lambda: "not a ring")
+    sample = "edge_publisher.json"
+    newer, _ = (r["body"] for r in load_event(sample)["Records"])
+    assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
+    assert stored(kvs, edge.kvs_arn, "1") == EdgeState.from_message(newer).value()
+    with pytest.raises(kvs.exceptions.ResourceNotFoundException):
+        stored(kvs, edge.kvs_arn, passkeys.KEY)

@@ -283,3 +283,31 @@ def test_the_api_notices_creation_and_stop(
         assert (stopped.stopped, stopped.v > opened.v) == (True, True)
     finally:
         redis.delete(*keys.voucher_keys(voucher_id), keys.edge(voucher_id))
+
+
+def test_a_draw_claims_its_moves_in_effect_and_later(voucher: Callable[..., int], redis: Any, scripts: Scripts) -> None:
+    voucher_id = voucher(stock=3)
+    race = claim(scripts, voucher_id)
+    assert race is not None
+    assert (race.draw, race.moves) == (False, ())
+    # The fields draw-core's creation gives a draw voucher; no move yet (the draw is open).
+    redis.hset(keys.window(voucher_id), mapping={"draw": "1", "close": str(race.begin - 60_000)})
+    try:
+        opened = claim(scripts, voucher_id)
+        assert opened is not None
+        assert (opened.draw, opened.moves) == (True, ())
+        now = to_ms(datetime.now(UTC))
+        # Two moves past (only the later one is in effect), nine ahead (seven of them fit).
+        cursors = [f"0{i:016x}" for i in range(11)]
+        past = {cursors[0]: now - 20_000, cursors[1]: now - 10_000}
+        ahead = {c: now + 60_000 * (i + 1) for i, c in enumerate(cursors[2:])}
+        redis.zadd(keys.cursor(voucher_id), {**past, **ahead})
+        moved = claim(scripts, voucher_id)
+        assert moved is not None
+        assert moved.moves == ((now - 10_000, cursors[1]), *((ahead[c], c) for c in cursors[2:9]))
+        assert moved.v > opened.v
+        assert claim(scripts, voucher_id) is None  # nothing changed since
+        # What the publisher would write is a value the edge reads back the same.
+        assert EdgeState.from_value(voucher_id, moved.value()) == moved
+    finally:
+        redis.delete(keys.cursor(voucher_id))

@@ -4,6 +4,7 @@ anything else is refused (the publisher dead-letters it rather than write it).""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -64,3 +65,61 @@ def test_refuses_anything_else(text: str) -> None:
 def test_a_value_has_no_voucher_id() -> None:
     with pytest.raises(MalformedState):
         EdgeState.from_value(42, STATE.message())
+
+
+DRAW = EdgeState(
+    voucher_id=42,
+    v=1_764_600_000_000,
+    begin=1_764_600_000_000,
+    end=1_764_603_600_000,
+    sold_out=False,
+    stopped=False,
+    draw=True,
+    moves=((1_764_599_940_000, "0" + "8" * 16), (1_764_600_010_000, "0" + "c" * 16)),
+)
+
+
+def test_a_draw_value_adds_draw_and_its_moves() -> None:
+    assert DRAW.value() == (
+        '{"v":1764600000000,"begin":1764600000000,"end":1764603600000,"soldOut":false,"stopped":false,'
+        '"draw":true,"moves":[[1764599940000,"08888888888888888"],[1764600010000,"0cccccccccccccccc"]]}'
+    )
+    assert EdgeState.from_message(DRAW.message()) == DRAW
+    assert EdgeState.from_value(42, DRAW.value()) == DRAW
+    # A draw whose cursor has not moved yet (the draw still open).
+    closed = replace(DRAW, moves=())
+    assert EdgeState.from_value(42, closed.value()) == closed
+    # The largest entry fits the store's 1 KB value.
+    full = replace(DRAW, moves=tuple((2**53 - 9 + i, "1" + "f" * 16) for i in range(8)))
+    assert len(full.value().encode()) < 1024
+
+
+def draw_message(**changes: object) -> str:
+    data = json.loads(DRAW.message())
+    data.update(changes)
+    return json.dumps({k: v for k, v in data.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        draw_message(draw=None),  # moves without draw
+        draw_message(moves=None),  # draw without moves
+        draw_message(draw=False),
+        draw_message(draw=1),
+        draw_message(moves={}),
+        draw_message(moves=[[1, "0" + "8" * 16, 2]]),
+        draw_message(moves=[["1", "0" + "8" * 16]]),
+        draw_message(moves=[[True, "0" + "8" * 16]]),
+        draw_message(moves=[[-1, "0" + "8" * 16]]),
+        draw_message(moves=[[1, "0" + "8" * 15]]),
+        draw_message(moves=[[1, "0" + "A" * 16]]),
+        draw_message(moves=[[2, "0" + "8" * 16], [1, "0" + "c" * 16]]),  # not ascending
+        draw_message(moves=[[1, "0" + "8" * 16], [1, "0" + "c" * 16]]),
+        draw_message(moves=[[1, "0" + "c" * 16], [2, "0" + "8" * 16]]),  # the cursor moved back
+        draw_message(moves=[[i, "0" + "8" * 16] for i in range(9)]),  # more than an entry holds
+    ],
+)
+def test_refuses_a_malformed_draw(text: str) -> None:
+    with pytest.raises(MalformedState):
+        EdgeState.from_message(text)

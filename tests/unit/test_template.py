@@ -38,6 +38,8 @@ NEEDS: dict[str, set[str]] = {
     "order_expiry_queue_url": {"ORDER_EXPIRY_QUEUE_URL"},
     "edge_kvs_arn": {"EDGE_KVS_ARN"},
     "edge_state_queue_url": {"EDGE_STATE_QUEUE_URL"},
+    "OriginCheck.from_env(": {"ORIGIN_SECRET_ARN", "SECKILL_ORIGIN_SECRET"},
+    "passkeys.ring_source(": {"PASS_KEYS_SECRET_ARN", "SECKILL_PASS_KEYS"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
@@ -58,6 +60,8 @@ OPTIONAL: dict[str, str] = {
 # The secret RDS manages (and rotates) for the master user, and Redis's AUTH token.
 DB_SECRET = {"Fn::GetAtt": ["Database", "MasterUserSecret.SecretArn"]}
 REDIS_SECRET = {"Ref": "RedisAuthSecret"}
+PASS_KEYS_SECRET = {"Ref": "PassKeysSecret"}
+ORIGIN_SECRET = {"Ref": "OriginSecret"}
 
 
 @pytest.fixture(scope="module")
@@ -170,16 +174,31 @@ def test_globals_runtime_tracing_network_and_layer(data: dict[str, Any]) -> None
         assert "Runtime" not in props(data, logical_id), f"{logical_id}: the runtime comes from Globals"
 
 
+def secrets_read(data: dict[str, Any], logical_id: str) -> list[Any]:
+    """The secrets a function's policies let it read (a conditional policy's, when its condition holds)."""
+    read = []
+    for policy in props(data, logical_id).get("Policies", []):
+        if "Fn::If" in policy:
+            policy = policy["Fn::If"][1]
+        if "AWSSecretsManagerGetSecretValuePolicy" in policy:
+            read.append(policy["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"])
+    return read
+
+
 def test_functions_using_a_secret_may_read_it_and_no_other_may(template: Template, data: dict[str, Any]) -> None:
-    users = {"Redis": set(), "MySQL": set()}
+    users: dict[str, set[str]] = {"Redis": set(), "MySQL": set(), "PassKeys": set(), "Origin": set()}
+    secrets = (("Redis", REDIS_SECRET), ("MySQL", DB_SECRET), ("PassKeys", PASS_KEYS_SECRET), ("Origin", ORIGIN_SECRET))
     for fn in template.functions.values():
         code = source(fn)
-        uses = {"Redis": "redis_client(" in code, "MySQL": "Database.from_settings(" in code or "credentials(" in code}
-        policies = props(data, fn.logical_id).get("Policies", [])
-        secrets_read = [p["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"] for p in policies
-                        if "AWSSecretsManagerGetSecretValuePolicy" in p]  # fmt: skip
-        assert sorted(map(json.dumps, secrets_read)) == sorted(
-            json.dumps(secret) for store, secret in (("Redis", REDIS_SECRET), ("MySQL", DB_SECRET)) if uses[store]
+        uses = {
+            "Redis": "redis_client(" in code,
+            "MySQL": "Database.from_settings(" in code or "credentials(" in code,
+            # The pass key ring: the API signs and verifies passes, the publisher copies its keys.
+            "PassKeys": "PASS_KEYS_SECRET_ARN" in json.dumps(fn.environment),
+            "Origin": "OriginCheck.from_env(" in code,
+        }
+        assert sorted(map(json.dumps, secrets_read(data, fn.logical_id))) == sorted(
+            json.dumps(secret) for store, secret in secrets if uses[store]
         ), fn.logical_id
         users = {store: found | ({fn.logical_id} if uses[store] else set()) for store, found in users.items()}
     assert {"AuthorizerFunction", "SeckillApiFunction", "OrderPersisterFunction"} <= users["Redis"]
@@ -550,7 +569,12 @@ def test_mysql_credentials_are_the_secret_rds_manages_and_rotates(data: dict[str
         {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": DB_SECRET}
     ]
     # No secret of our own for MySQL (one nobody rotates) is left over.
-    assert list(resources(data, "AWS::SecretsManager::Secret")) == ["RedisAuthSecret"]
+    assert "MySQL" not in json.dumps(resources(data, "AWS::SecretsManager::Secret"))
+    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == [
+        "OriginSecret",
+        "PassKeysSecret",
+        "RedisAuthSecret",
+    ]
     assert data["Outputs"]["DbSecretArn"]["Value"] == DB_SECRET
 
 
@@ -591,8 +615,9 @@ def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
     assert authorizer["FunctionArn"] == {"Fn::Sub": AUTHORIZER_ALIAS_ARN}
     assert authorizer["EnableFunctionDefaultPermissions"] is True
     assert data["Resources"]["SeckillHttpApi"]["DependsOn"] == "AuthorizerFunctionAliaslive"
-    # A logged-out token stops working within 30 s.
-    assert int(authorizer["Identity"]["ReauthorizeEvery"]) == 30
+    # A logged-out token stops working within 30 s. With the edge nothing is cached: a
+    # cached answer keyed by the token would let a direct call around the edge.
+    assert authorizer["Identity"] == {"Headers": ["authorization"], "ReauthorizeEvery": {"Fn::If": ["HasEdge", 0, 30]}}
     assert {"ThrottlingBurstLimit", "ThrottlingRateLimit"} <= set(api["DefaultRouteSettings"])
     assert api["AccessLogSettings"]["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogs", "Arn"]}
     json.loads(api["AccessLogSettings"]["Format"])

@@ -134,8 +134,14 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
         if resource["Type"] == "AWS::IAM::Role" and name != "EdgePublisherFunctionRole":
             assert "cloudfront-keyvaluestore" not in json.dumps(resource["Properties"]), name
     others = [s for s in role_statements(resources, "EdgePublisherFunction") if s is not kvs]
-    assert all("EdgeStateQueue" in json.dumps(s["Resource"]) for s in others), others
-    assert not any("secretsmanager" in json.dumps(s) for s in others)
+    # Besides its queue, it reads the pass key ring (copied to `pass-keys`), and no other secret.
+    secret = [s for s in others if "secretsmanager" in json.dumps(s)]
+    assert [json.dumps(s["Resource"]) for s in secret] == [
+        json.dumps({"Fn::Sub": ["${secretArn}", {"secretArn": {"Ref": "PassKeysSecret"}}]})
+    ]
+    assert all("EdgeStateQueue" in json.dumps(s["Resource"]) for s in others if s not in secret), others
+    assert env["PASS_KEYS_SECRET_ARN"] == {"Ref": "PassKeysSecret"}
+    assert env["SECKILL_PASS_KEYS"] == {"Ref": "AWS::NoValue"}  # a local knob
 
 
 # --- the press function: edge/press.js, inline -------------------------------------------------
@@ -237,13 +243,43 @@ def test_the_origin_is_the_http_api_over_tls_1_2(template: Template) -> None:
     assert origin["DomainName"] == {"Fn::Sub": "${SeckillHttpApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
     assert origin["CustomOriginConfig"]["OriginProtocolPolicy"] == "https-only"
     assert origin["CustomOriginConfig"]["OriginSSLProtocols"] == ["TLSv1.2"]
+    # The origin header, from the secret the authorizer checks (its version a parameter: a rotation).
+    (header,) = origin["OriginCustomHeaders"]
+    assert header["HeaderName"] == "x-seckill-origin"
+    condition, versioned, current = header["HeaderValue"]["Fn::If"]
+    assert condition == "HasOriginSecretVersion"
+    assert versioned == {
+        "Fn::Sub": "{{resolve:secretsmanager:${OriginSecret}:SecretString:current::${OriginSecretVersionId}}}"
+    }
+    assert current == {"Fn::Sub": "{{resolve:secretsmanager:${OriginSecret}:SecretString:current}}"}
+    draw = behavior_for(config, "/voucher/seckill/42/draw")["PathPattern"]
     for behavior in [config["DefaultCacheBehavior"], *config["CacheBehaviors"]]:
         assert behavior["TargetOriginId"] == origin["Id"]
         assert behavior["ViewerProtocolPolicy"] == "https-only"  # a redirect would turn a POST into a GET
+        assert "ForwardedValues" not in behavior
+        if behavior.get("PathPattern") == draw:
+            continue
         assert behavior["CachePolicyId"] == CACHING_DISABLED
         # Every viewer header, authorization included, but Host (API Gateway answers 403 to another host).
         assert behavior["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
-        assert "ForwardedValues" not in behavior
+
+
+def test_the_draw_record_is_cached_two_seconds_at_most(template: Template) -> None:
+    """The one cached route: public, the same for everyone, read by every waiting client."""
+    draw = behavior_for(distribution(template), "/voucher/seckill/42/draw")
+    assert draw["AllowedMethods"] == ["GET", "HEAD"]
+    assert draw["CachePolicyId"] == {"Ref": "DrawRecordCachePolicy"}
+    assert "OriginRequestPolicyId" not in draw  # nothing of the viewer's reaches the API
+    assert functions_of(draw) == []
+    config = template.resource("DrawRecordCachePolicy")["Properties"]["CachePolicyConfig"]
+    assert int(config["MaxTTL"]) <= 2
+    assert int(config["DefaultTTL"]) <= int(config["MaxTTL"])
+    keyed = config["ParametersInCacheKeyAndForwardedToOrigin"]
+    assert keyed["HeadersConfig"] == {"HeaderBehavior": "none"}
+    assert keyed["CookiesConfig"] == {"CookieBehavior": "none"}
+    assert keyed["QueryStringsConfig"] == {"QueryStringBehavior": "none"}
+    # The admin route beside it stays refused at the edge.
+    assert functions_of(behavior_for(distribution(template), "/voucher/seckill/42/stop")) == [DENY]
 
 
 def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -30,8 +31,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VALUE_KEYS = {"v", "begin", "end", "soldOut", "stopped"}
+_DRAW_KEYS = {"draw", "moves"}
 # A version is a positive integer a JavaScript number holds exactly (the edge's parser).
 _MAX_SAFE = 2**53 - 1
+# A draw's entry holds the move in effect and the later ones, at most this many.
+MOVES_MAX = 8
+_CURSOR = re.compile(r"[0-9a-f]{17}")
+
+# A cursor move: the epoch ms it takes effect, and the cursor (17 lowercase hex).
+Move = tuple[int, str]
 
 
 class MalformedState(ValueError):
@@ -53,10 +61,30 @@ def _flag(data: dict[str, Any], name: str) -> bool:
     return value
 
 
+def _moves(data: dict[str, Any]) -> tuple[Move, ...]:
+    """A draw's moves: "draw" true, and up to MOVES_MAX [at, cursor] pairs, ascending by at,
+    the cursor never moving back; () for a race (neither field)."""
+    if not _DRAW_KEYS & set(data):
+        return ()
+    moves = data["moves"]
+    if data["draw"] is not True or not isinstance(moves, list) or len(moves) > MOVES_MAX:
+        raise ValueError(f'a draw has "draw": true and at most {MOVES_MAX} moves')
+    parsed: list[Move] = []
+    for move in moves:
+        if not (isinstance(move, list) and len(move) == 2 and isinstance(move[1], str)):
+            raise ValueError("a move is [at, cursor]")
+        at = _integer({"at": move[0]}, "at", 0)
+        if not _CURSOR.fullmatch(move[1]) or (parsed and (at <= parsed[-1][0] or move[1] < parsed[-1][1])):
+            raise ValueError("moves must be 17-hex cursors, ascending by at, never moving back")
+        parsed.append((at, move[1]))
+    return tuple(parsed)
+
+
 @dataclass(frozen=True)
 class EdgeState:
     """One voucher's entry in the KeyValueStore: the sale window as the gate holds it
-    (epoch ms; 0/0 once stopped), whether it is sold out or stopped, and its version."""
+    (epoch ms; 0/0 once stopped), whether it is sold out or stopped, and its version; for
+    a draw also its cursor's moves (the one in effect when claimed, then the later ones)."""
 
     voucher_id: int
     v: int
@@ -64,6 +92,8 @@ class EdgeState:
     end: int
     sold_out: bool
     stopped: bool
+    draw: bool = False
+    moves: tuple[Move, ...] = ()
 
     @property
     def key(self) -> str:
@@ -71,10 +101,16 @@ class EdgeState:
 
     def value(self) -> str:
         """The KVS value, compact JSON (a value holds at most 1 KB)."""
-        return json.dumps(
-            {"v": self.v, "begin": self.begin, "end": self.end, "soldOut": self.sold_out, "stopped": self.stopped},
-            separators=(",", ":"),
-        )
+        value: dict[str, Any] = {
+            "v": self.v,
+            "begin": self.begin,
+            "end": self.end,
+            "soldOut": self.sold_out,
+            "stopped": self.stopped,
+        }
+        if self.draw:
+            value |= {"draw": True, "moves": [list(move) for move in self.moves]}
+        return json.dumps(value, separators=(",", ":"))
 
     def message(self) -> str:
         """EdgeStateQueue's body: the value plus the voucher id."""
@@ -94,8 +130,8 @@ class EdgeState:
     def _parse(cls, text: str, fields: set[str], voucher_id: int | None) -> EdgeState:
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or set(data) != fields:
-                raise ValueError(f"expected exactly the fields {sorted(fields)}")
+            if not isinstance(data, dict) or set(data) not in (fields, fields | _DRAW_KEYS):
+                raise ValueError(f"expected exactly the fields {sorted(fields)} (a draw's with {sorted(_DRAW_KEYS)})")
             return cls(
                 voucher_id if voucher_id is not None else _integer(data, "voucherId", 1),
                 _integer(data, "v", 1),
@@ -103,6 +139,8 @@ class EdgeState:
                 _integer(data, "end", 0),
                 _flag(data, "soldOut"),
                 _flag(data, "stopped"),
+                "draw" in data,
+                _moves(data),
             )
         except ValueError as exc:  # json's errors included
             raise MalformedState(f"not an edge state: {exc}") from exc
@@ -113,7 +151,7 @@ def claim(scripts: Scripts, voucher_id: int, *, again: bool = False) -> EdgeStat
     publication), else None; None too for a voucher the gate does not sell. ``again``:
     the claimed state even when unchanged (its version then stays)."""
     claimed = scripts.edge_claim(
-        keys=[keys.stock(voucher_id), keys.window(voucher_id), keys.edge(voucher_id)],
+        keys=[keys.stock(voucher_id), keys.window(voucher_id), keys.edge(voucher_id), keys.cursor(voucher_id)],
         args=[voucher_id, "1" if again else ""],
     )
     return None if claimed is None else EdgeState.from_message(claimed)

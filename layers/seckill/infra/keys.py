@@ -33,6 +33,11 @@ def edge(voucher_id: int) -> str:
     return f"seckill:edge:{{{voucher_id}}}"
 
 
+def cursor(voucher_id: int) -> str:
+    """Sorted set of a draw's cursor moves: member the cursor, score the epoch ms it takes effect."""
+    return f"seckill:cursor:{{{voucher_id}}}"
+
+
 @functools.lru_cache(maxsize=1024)
 def voucher_keys(voucher_id: int) -> tuple[str, ...]:
     """Every key of one voucher's gate state, in the order the gate and restore scripts take them

@@ -17,6 +17,7 @@ requests a proxy receives as it serves direct ones.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import subprocess
@@ -61,6 +62,7 @@ class EdgeServer:
         port: int = 0,
         kvs_port: int = 0,
         host: str = "127.0.0.1",
+        origin_secret: str = "",
     ) -> None:
         path = node()
         if path is None:
@@ -74,8 +76,10 @@ class EdgeServer:
         ]
         # Our own script with our own arguments. Its stdin is a pipe only we hold: if this
         # process dies, however, the pipe closes and the server exits.
+        # The origin header's secret (seckill.origin) in the environment, not on the command line.
+        env = {**os.environ, "SECKILL_ORIGIN_SECRET": origin_secret}
         self.process = subprocess.Popen(  # noqa: S603
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env
         )
         self.url, self.kvs_endpoint = self._wait_ready()
 

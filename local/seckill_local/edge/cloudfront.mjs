@@ -1,9 +1,13 @@
 // Runs edge/press.js under Node.js as CloudFront Functions would: the very file that is
 // deployed, its one `import cf from 'cloudfront'` replaced by a stand-in `cf` whose
-// kvs() is the store given here. Shared by the unit tests and the local edge server.
+// kvs() is the store given here, and its `import crypto from 'crypto'` (if any) by
+// Node's, whose createHash/createHmac the runtime's crypto module follows. Shared by
+// the unit tests and the local edge server.
+import crypto from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
 const IMPORT = /^import cf from 'cloudfront';[ \t]*$/m;
+const CRYPTO = /^import crypto from 'crypto';[ \t]*$/m;
 
 // The function's `async function handler(event)`. `kvs` has the runtime's async
 // get(key, {format}) and exists(key); `now` (optional) stands in for Date.now, so a
@@ -15,8 +19,8 @@ export function loadFunction(path, kvs, { now } = {}) {
   }
   const cf = { kvs: () => kvs };
   const clock = now ? { now } : Date;
-  const body = `'use strict';\n${source.replace(IMPORT, '')}\nreturn handler;`;
-  return new Function('cf', 'Date', body)(cf, clock);
+  const body = `'use strict';\n${source.replace(IMPORT, '').replace(CRYPTO, '')}\nreturn handler;`;
+  return new Function('cf', 'crypto', 'Date', body)(cf, crypto, clock);
 }
 
 // A key value store held in a Map of key -> value (a string, as the store keeps it).

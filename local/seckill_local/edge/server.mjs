@@ -23,6 +23,8 @@ const { values: args } = parseArgs({
     'exit-with-stdin': { type: 'boolean', default: false },
   },
 });
+// Set by seckill-local start-api --edge: the secret the local API's authorizer requires.
+const ORIGIN_SECRET = process.env.SECKILL_ORIGIN_SECRET ?? '';
 for (const name of ['function', 'upstream', 'kvs-arn']) {
   if (!args[name]) {
     console.error(`server.mjs: --${name} is required`);
@@ -264,6 +266,8 @@ async function forward(req, res, request) {
   const cookies = Object.entries(request.cookies ?? {}).flatMap(([name, entry]) => values(entry).map((v) => `${name}=${v}`));
   if (cookies.length) headers.cookie = cookies.join('; ');
   headers.host = upstream.host;
+  // CloudFront's origin custom header, which replaces any the viewer sent (seckill.origin).
+  if (ORIGIN_SECRET) headers['x-seckill-origin'] = ORIGIN_SECRET;
   // CloudFront appends the viewer's address, as a proxy does ("Client IP addresses" in
   // docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/RequestAndResponseBehaviorCustomOrigin.html).
   const viewer = req.socket.remoteAddress;

@@ -1,0 +1,356 @@
+// edge/press.js on a draw voucher: 401, NO_PASS and NOT_ADMITTED answered at the edge in
+// the function's order, every other answer left to the API (docs/edge.md, "A draw").
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import { KEYS, NOW, drawState, edge, makePass, passKeys, request } from './harness.mjs';
+
+const SKEW = 1000;
+const TOKEN = 'token-of-user-7';
+const MESSAGES = {
+  NOT_STARTED: 'the sale has not started',
+  ENDED: 'the sale has ended',
+  SOLD_OUT: 'sold out',
+  NO_PASS: 'no valid pass for this voucher',
+  NOT_ADMITTED: 'not admitted yet',
+};
+const STATUS = { NO_PASS: [403, 'Forbidden'] };
+const TICKET = '0' + 'c'.repeat(16);
+// Tickets just below, at and above TICKET.
+const BELOW = '0' + 'c'.repeat(15) + 'b';
+const ABOVE = '0' + 'c'.repeat(15) + 'd';
+
+function refusal(code) {
+  const [statusCode, statusDescription] = STATUS[code] ?? [409, 'Conflict'];
+  return {
+    statusCode,
+    statusDescription,
+    headers: { 'content-type': { value: 'application/json' }, 'x-seckill-edge': { value: '1' } },
+    body: {
+      encoding: 'text',
+      data: `{"success": false, "data": null, "errorMsg": "${MESSAGES[code]}", "code": "${code}"}`,
+    },
+  };
+}
+
+const UNAUTHORIZED = {
+  statusCode: 401,
+  statusDescription: 'Unauthorized',
+  headers: { 'content-type': { value: 'application/json' }, 'x-seckill-edge': { value: '1' } },
+  body: { encoding: 'text', data: '{"message":"Unauthorized"}' },
+};
+
+// The answer to a press on draw voucher 42 whose entry is drawState(fields), with the
+// ring's keys in the store unless `keys` says otherwise (null: no `pass-keys` at all).
+async function press(fields = {}, { keys = passKeys(), at = NOW, ...options } = {}) {
+  const entries = { 42: drawState(fields) };
+  if (keys !== null) {
+    entries['pass-keys'] = keys;
+  }
+  const { handler, clock } = edge({ entries });
+  clock.ms = at;
+  const event = request({ token: `Bearer ${TOKEN}`, pass: makePass(), ...options });
+  const answer = await handler(event);
+  return { answer, event };
+}
+
+async function assertRefused(code, fields, options) {
+  const { answer } = await press(fields, options);
+  assert.deepEqual(answer, refusal(code));
+}
+
+async function assertForwarded(fields, options) {
+  const { answer, event } = await press(fields, options);
+  assert.equal(answer, event.request, 'the request itself goes on to the API');
+}
+
+// Moves that admitted every ticket below `cursor` 10 s ago.
+const CLOSED_AT = NOW - 10_000;
+function admittedBelow(cursor) {
+  return { moves: [[CLOSED_AT, cursor]] };
+}
+
+describe('a press without a token', () => {
+  it("gets API Gateway's own 401, whatever else it sends", async () => {
+    for (const token of [null, '']) {
+      assert.deepEqual((await press({}, { token })).answer, UNAUTHORIZED);
+      assert.deepEqual((await press({}, { token, pass: null })).answer, UNAUTHORIZED);
+      assert.deepEqual((await press({}, { token, keys: null })).answer, UNAUTHORIZED);
+      assert.deepEqual((await press({ stopped: true }, { token })).answer, UNAUTHORIZED);
+    }
+  });
+});
+
+describe('the pass', () => {
+  it('lets a valid pass through to the sale (open, stock left: forwarded)', async () => {
+    await assertForwarded({});
+    await assertForwarded(admittedBelow(ABOVE));
+  });
+
+  it('is read from a token with or without Bearer, as the authorizer reads it', async () => {
+    for (const token of [TOKEN, `Bearer ${TOKEN}`, `bearer  ${TOKEN} `, `BEARER ${TOKEN}`]) {
+      await assertRefused('SOLD_OUT', { soldOut: true }, { token });
+    }
+  });
+
+  it('refuses NO_PASS without one, even with no key list in the store', async () => {
+    await assertRefused('NO_PASS', {}, { pass: null });
+    await assertRefused('NO_PASS', {}, { pass: '' });
+    await assertRefused('NO_PASS', {}, { pass: null, keys: null });
+  });
+
+  it('refuses NO_PASS for each malformed pass', async () => {
+    const good = makePass();
+    const parts = good.split('.');
+    const malformed = [
+      parts.slice(0, 6).join('.'),
+      `${good}.x`,
+      `${good}=`,
+      good.slice(0, -1),
+      ` ${good}`,
+      good.toUpperCase(),
+      ['K1', ...parts.slice(1)].join('.'),
+      ['k'.repeat(17), ...parts.slice(1)].join('.'),
+      [parts[0], '042', ...parts.slice(2)].join('.'),
+      [parts[0], parts[1], '0', ...parts.slice(3)].join('.'),
+      [parts[0], parts[1], '07', ...parts.slice(3)].join('.'),
+      [parts[0], parts[1], '9223372036854775808', ...parts.slice(3)].join('.'),
+      [...parts.slice(0, 3), parts[3].slice(1), ...parts.slice(4)].join('.'),
+      [...parts.slice(0, 3), parts[3].toUpperCase(), ...parts.slice(4)].join('.'),
+      [...parts.slice(0, 4), TICKET.slice(1), ...parts.slice(5)].join('.'),
+      [...parts.slice(0, 4), 'g' + TICKET.slice(1), ...parts.slice(5)].join('.'),
+      [...parts.slice(0, 5), '0', parts[6]].join('.'),
+      [...parts.slice(0, 5), `0${parts[5]}`, parts[6]].join('.'),
+      [...parts.slice(0, 6), `${parts[6]}A`].join('.'),
+      [...parts.slice(0, 6), `${parts[6].slice(0, -1)}+`].join('.'),
+      [...parts.slice(0, 6), `${parts[6].slice(0, -1)}${parts[6].endsWith('A') ? 'B' : 'A'}`].join('.'),
+    ];
+    for (const pass of malformed) {
+      await assertRefused('NO_PASS', {}, { pass });
+    }
+  });
+
+  it("refuses NO_PASS for another voucher's pass, another token's, a changed ticket", async () => {
+    await assertRefused('NO_PASS', {}, { pass: makePass({ voucher: 43 }) });
+    await assertRefused('NO_PASS', {}, { pass: makePass({ token: 'token-of-user-8' }) });
+    await assertRefused('NO_PASS', {}, { token: 'Bearer token-of-user-8' });
+    const parts = makePass({ ticket: ABOVE }).split('.');
+    const moved = [...parts.slice(0, 4), BELOW, ...parts.slice(5)].join('.');
+    await assertRefused('NO_PASS', admittedBelow(TICKET), { pass: moved });
+  });
+
+  it('refuses NO_PASS for a pass shown twice (API Gateway joins repeated headers)', async () => {
+    const { handler } = edge({ entries: { 42: drawState(), 'pass-keys': passKeys() } });
+    const event = request({ token: `Bearer ${TOKEN}` });
+    const pass = makePass();
+    event.request.headers['x-seckill-pass'] = { value: pass, multiValue: [{ value: pass }, { value: pass }] };
+    assert.deepEqual(await handler(event), refusal('NO_PASS'));
+  });
+
+  it('verifies with any key of the ring: a rotated key', async () => {
+    await assertRefused('SOLD_OUT', { soldOut: true }, { pass: makePass({ kid: 'k2' }) });
+    await assertRefused('SOLD_OUT', { soldOut: true }, { keys: passKeys({ k2: KEYS.k2 }), pass: makePass({ kid: 'k2' }) });
+  });
+
+  it('refuses NO_PASS for an unknown kid, a retired key, a key of the wrong bytes', async () => {
+    await assertRefused('NO_PASS', {}, { pass: makePass({ kid: 'k3', key: '33'.repeat(32) }) });
+    await assertRefused('NO_PASS', {}, { keys: passKeys({ k2: KEYS.k2 }) });
+    await assertRefused('NO_PASS', {}, { pass: makePass({ key: KEYS.k2 }) });
+    await assertRefused('NO_PASS', {}, { keys: passKeys({}) });
+  });
+
+  it('never reads an inherited property as a key id', async () => {
+    for (const kid of ['constructor', 'tostring', 'valueof']) {
+      await assertRefused('NO_PASS', {}, { pass: makePass({ kid, key: '33'.repeat(32) }) });
+    }
+  });
+
+  it('refuses NO_PASS once expired beyond the skew, forwards within it', async () => {
+    const exp = Math.floor(NOW / 1000);
+    await assertRefused('NO_PASS', {}, { pass: makePass({ exp }), at: exp * 1000 + SKEW + 1 });
+    for (const at of [exp * 1000 + SKEW, exp * 1000, exp * 1000 - SKEW]) {
+      await assertForwarded({ soldOut: true, end: NOW + 60_000 }, { pass: makePass({ exp }), at });
+    }
+    await assertRefused('SOLD_OUT', { soldOut: true }, { pass: makePass({ exp }), at: exp * 1000 - SKEW - 1 });
+  });
+
+  it('forwards a well-formed pass when the store has no usable key list', async () => {
+    const unusable = [
+      null,
+      'not json',
+      '[]',
+      '{}',
+      '{"keys":null}',
+      '{"keys":[]}',
+      JSON.stringify({ keys: { k1: KEYS.k1.slice(1) } }),
+      JSON.stringify({ keys: { k1: KEYS.k1.toUpperCase() } }),
+      JSON.stringify({ keys: { K1: KEYS.k1 } }),
+      JSON.stringify({ keys: { k1: 1 } }),
+    ];
+    for (const keys of unusable) {
+      await assertForwarded({ soldOut: true }, { keys });
+    }
+  });
+
+  it('forwards when the key list cannot be read', async () => {
+    const { handler, store } = edge({ entries: { 42: drawState({ soldOut: true }) } });
+    const get = store.get;
+    store.get = async (key, options) => {
+      if (key === 'pass-keys') {
+        throw new Error('the key value store is unavailable');
+      }
+      return get(key, options);
+    };
+    const event = request({ token: `Bearer ${TOKEN}`, pass: makePass() });
+    assert.equal(await handler(event), event.request);
+  });
+});
+
+describe('the order of the refusals', () => {
+  it('NO_PASS before ENDED', async () => {
+    await assertRefused('NO_PASS', { stopped: true }, { pass: null });
+    await assertRefused('NO_PASS', { end: NOW - 60_000 }, { pass: makePass({ voucher: 43 }) });
+  });
+
+  it('ENDED before NOT_ADMITTED', async () => {
+    await assertRefused('ENDED', { stopped: true, begin: 0, end: 0, ...admittedBelow(BELOW) });
+    await assertRefused('ENDED', { begin: NOW - 120_000, end: NOW - SKEW - 1, ...admittedBelow(BELOW) });
+  });
+
+  it('forwards within the skew of the close, admitted or not', async () => {
+    for (const end of [NOW + SKEW, NOW, NOW - SKEW]) {
+      await assertForwarded({ end, soldOut: true, ...admittedBelow(BELOW) });
+    }
+  });
+
+  it('NOT_ADMITTED before NOT_STARTED, then NOT_STARTED for an admitted ticket', async () => {
+    const before = { begin: NOW + 60_000, end: NOW + 120_000 };
+    await assertRefused('NOT_ADMITTED', { ...before, ...admittedBelow(TICKET) });
+    await assertRefused('NOT_STARTED', { ...before, ...admittedBelow(ABOVE) });
+    await assertRefused('NOT_STARTED', { ...before, moves: [] });
+  });
+
+  it('NOT_ADMITTED before SOLD_OUT, then SOLD_OUT for an admitted ticket', async () => {
+    await assertRefused('NOT_ADMITTED', { soldOut: true, ...admittedBelow(TICKET) });
+    await assertRefused('SOLD_OUT', { soldOut: true, ...admittedBelow(ABOVE) });
+  });
+
+  it('forwards an admitted ticket within the skew of the opening', async () => {
+    for (const begin of [NOW + SKEW, NOW, NOW - SKEW + 1]) {
+      await assertForwarded({ begin, soldOut: true, ...admittedBelow(ABOVE) });
+    }
+  });
+});
+
+describe('the cursor', () => {
+  it('admits a ticket strictly below it', async () => {
+    await assertRefused('NOT_ADMITTED', admittedBelow(TICKET));
+    await assertRefused('NOT_ADMITTED', admittedBelow(BELOW));
+    await assertForwarded(admittedBelow(ABOVE));
+    await assertRefused('NOT_ADMITTED', admittedBelow('0' + '0'.repeat(16)));
+    await assertForwarded(admittedBelow('1' + '0'.repeat(15) + '1'));
+  });
+
+  it('is null before the draw closed: no NOT_ADMITTED', async () => {
+    await assertRefused('NOT_STARTED', { begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW + 30_000, BELOW]] });
+    await assertRefused('SOLD_OUT', { soldOut: true, moves: [] });
+  });
+
+  it('is the move with the largest at not after now', async () => {
+    const moves = [
+      [NOW - 30_000, BELOW],
+      [NOW - 10_000, TICKET],
+      [NOW + 10_000, ABOVE],
+    ];
+    await assertRefused('NOT_ADMITTED', { moves });
+    await assertForwarded({ moves }, { at: NOW + 10_000 + SKEW + 1 });
+    await assertRefused('NOT_ADMITTED', { moves }, { at: NOW + 10_000 - SKEW - 1 });
+  });
+
+  it("forwards within the skew of any move's at, on both sides", async () => {
+    const at = NOW;
+    const moves = [
+      [at - 20_000, BELOW],
+      [at, TICKET],
+      [at + 20_000, ABOVE],
+    ];
+    for (const now of [at - SKEW, at - 1, at, at + 1, at + SKEW, at + 20_000 - SKEW, at + 20_000 + SKEW]) {
+      await assertForwarded({ soldOut: true, moves }, { at: now });
+    }
+    await assertRefused('NOT_ADMITTED', { soldOut: true, moves }, { at: at - SKEW - 1 });
+    await assertRefused('NOT_ADMITTED', { soldOut: true, moves }, { at: at + SKEW + 1 });
+    await assertRefused('SOLD_OUT', { soldOut: true, moves }, { at: at + 20_000 + SKEW + 1 });
+    // Within the skew of the first move, the draw's close: forwarded even before the opening.
+    await assertForwarded({ begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, ABOVE]] });
+  });
+});
+
+describe('an entry it cannot trust', () => {
+  it('forwards every press when the draw entry is malformed', async () => {
+    const bad = [
+      { draw: false },
+      { draw: 1 },
+      { moves: null },
+      { moves: {} },
+      { moves: [[NOW - 10_000]] },
+      { moves: [[NOW - 10_000, TICKET, 1]] },
+      { moves: [['1', TICKET]] },
+      { moves: [[-1, TICKET]] },
+      { moves: [[NOW - 10_000.5, TICKET]] },
+      { moves: [[NOW - 10_000, TICKET.toUpperCase()]] },
+      { moves: [[NOW - 10_000, TICKET.slice(1)]] },
+      { moves: [[NOW - 10_000, 7]] },
+      // Not ascending, or a cursor that moved back.
+      { moves: [[NOW - 10_000, BELOW], [NOW - 20_000, TICKET]] },
+      { moves: [[NOW - 10_000, BELOW], [NOW - 10_000, TICKET]] },
+      { moves: [[NOW - 20_000, TICKET], [NOW - 10_000, BELOW]] },
+      // More moves than an entry holds.
+      { moves: Array.from({ length: 9 }, (_, i) => [NOW - 90_000 + i * 10_000, TICKET]) },
+    ];
+    for (const fields of bad) {
+      await assertForwarded({ soldOut: true, ...fields });
+      await assertForwarded({ soldOut: true, ...fields }, { token: null });
+    }
+  });
+
+  it('holds eight moves', async () => {
+    const moves = Array.from({ length: 8 }, (_, i) => [NOW - 80_000 + i * 10_000, TICKET]);
+    await assertRefused('NOT_ADMITTED', { moves });
+  });
+});
+
+describe('never a 202', () => {
+  it('answers only 401, 403 and 409, or forwards, over many states, passes and clocks', async () => {
+    let seed = 25;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const pick = (items) => items[Math.floor(random() * items.length)];
+    const seen = new Set();
+    for (let i = 0; i < 400; i++) {
+      const begin = NOW + pick([-60_000, -SKEW, 0, SKEW, 60_000]);
+      const fields = {
+        begin,
+        end: begin + pick([1_000, 30_000, 120_000]),
+        soldOut: random() < 0.5,
+        stopped: random() < 0.1,
+        moves: pick([[], [[NOW - 5_000, TICKET]], [[NOW - 500, ABOVE]], [[NOW + 5_000, BELOW]]]),
+      };
+      const options = {
+        pass: pick([makePass(), makePass({ kid: 'k2' }), makePass({ voucher: 43 }), null, 'x']),
+        token: pick([`Bearer ${TOKEN}`, null, 'Bearer other-token']),
+        keys: pick([passKeys(), null]),
+        at: NOW + pick([-2_000, 0, 2_000]),
+      };
+      const { answer, event } = await press(fields, options);
+      if (answer === event.request) {
+        seen.add('forwarded');
+        continue;
+      }
+      assert.ok([401, 403, 409].includes(answer.statusCode), JSON.stringify(answer));
+      seen.add(answer.statusCode);
+    }
+    assert.deepEqual([...seen].sort(), [401, 403, 409, 'forwarded'].sort());
+  });
+});
