@@ -98,7 +98,7 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
     closes = sale.opens_at - args.draw_close
 
     def entered(users: list[int], what: str) -> dict[int, Entry]:
-        return enter(sale.http, sale.press_url, sale.voucher_id, {u: tokens[u] for u in users}, args.concurrency,
+        return enter(sale.http, sale.user_url, sale.voucher_id, {u: tokens[u] for u in users}, args.concurrency,
                      progress, what)  # fmt: skip
 
     entries = entered(early, "entering the draw")
