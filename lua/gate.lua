@@ -5,15 +5,18 @@
 --         voucher's creation has not committed in MySQL
 -- KEYS[4] seckill:pending:{v} hash, user id -> reservation mark (see docs/reservations.md):
 --         "<acceptedMs>:<requestToken>[:<orderId>[:promised]]"
+-- KEYS[5] seckill:cursor:{v} zset, a draw's cursor moves (member cursor, score at in ms)
 -- ARGV[1] user id, ARGV[2] request token (identifies this reservation)
+-- ARGV[3] the ticket of the press's valid pass ('' without one): read on a draw voucher only
 -- Returns {code, nowMs, orderId}: 0 OK, 1 VOUCHER_NOT_FOUND, 2 NOT_STARTED, 3 ENDED,
 -- 4 SOLD_OUT, 5 DUPLICATE_ORDER, 6 RESUMED (the user's reservation already carries
 -- an order id that no request has promised yet: this request takes it over), 7 ENDED
 -- while the user's reservation carries an order id no request has promised: the
 -- caller fails that order, then releases it (docs/reservations.md); the reply is then
--- {7, acceptedMs, orderId, requestToken} of that reservation.
+-- {7, acceptedMs, orderId, requestToken} of that reservation. On a draw voucher (the
+-- window's "draw" field) also 8 NO_PASS and 9 NOT_ADMITTED (docs/draw.md).
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
-local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional')
+local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional', 'draw')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
 -- A missing, half-written or uncommitted voucher is "not found", never a script error.
 if not stock or not begin_ms or not end_ms or window[3] then
@@ -23,6 +26,21 @@ end
 -- The Redis server's clock, so every function instance judges the window alike.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The draw check: no pass, no press; then (ENDED first, below) a ticket not below
+-- the cursor in effect is not admitted, before the window opens as after a sell-out.
+if window[4] then
+  local ticket = ARGV[3] or ''
+  if ticket == '' then
+    return {8, now_ms, ''}
+  end
+  if now_ms <= end_ms then
+    local move = redis.call('ZREVRANGEBYSCORE', KEYS[5], now_ms, '-inf', 'LIMIT', 0, 1)[1]
+    if move and not ticket_below(ticket, move) then
+      return {9, now_ms, ''}
+    end
+  end
+end
 
 if now_ms < begin_ms then
   return {2, now_ms, ''}

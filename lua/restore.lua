@@ -1,6 +1,6 @@
 -- Brings one voucher's Redis state in line with MySQL, atomically with the gate.
 -- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:order:{v}, KEYS[3] seckill:window:{v}, KEYS[4] seckill:pending:{v},
--- KEYS[5] seckill:returned:{v}
+-- KEYS[5] seckill:returned:{v}, KEYS[6] seckill:cursor:{v}
 -- ARGV[1] mode: "missing" (only if the stock key is gone: a lost cache), "repair" (always), "check" (write nothing)
 -- ARGV[2] MySQL stock, ARGV[3] window begin (ms), ARGV[4] window end (ms)
 -- ARGV[5] JSON array of the user ids holding an order, whatever its fate (paid,
@@ -13,6 +13,8 @@
 -- ARGV[8] JSON array of the order ids MySQL has closed (expired or cancelled): MySQL's
 --         stock counts their units back already, so each joins the returned set and
 --         a give_back still on its way for it adds nothing.
+-- ARGV[9] a draw's fields, JSON {"close": ms, "moves": [[atMs, cursor], ...]}, or '' for a race:
+--         the window's draw and close and every recorded move come back with the rest.
 -- Reservations still pending and undecided in MySQL are outstanding: they keep
 -- their stock and their user. So the expected state is
 --   stock  = max(0, MySQL stock - outstanding)
@@ -85,6 +87,13 @@ for _, user in ipairs(remarked) do
   redis.call('HSET', KEYS[4], user, marks[user])
 end
 redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
+if (ARGV[9] or '') ~= '' then
+  local draw = cjson.decode(ARGV[9])
+  redis.call('HSET', KEYS[3], 'draw', 1, 'close', tostring(draw.close))
+  for _, move in ipairs(draw.moves) do
+    redis.call('ZADD', KEYS[6], tostring(move[1]), move[2])
+  end
+end
 redis.call('HDEL', KEYS[3], 'provisional')
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])

@@ -27,6 +27,7 @@ from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database, connect
 from seckill.infra.lua_scripts import Scripts
 from seckill.migrate import migrate
+from seckill.passes import new_ring
 from seckill.press.gate import Gate
 from seckill.tokens import mint_tokens
 from seckill_local.lambdas import load_handler
@@ -70,6 +71,8 @@ os.environ.update(
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
         "SECKILL_REFUSAL_CACHE_SECONDS": "0",
+        # The draw passes' ring: a key of this run's own.
+        "SECKILL_PASS_KEYS": new_ring("t1").to_json(),
     }
 )
 
@@ -196,6 +199,7 @@ def handlers(creds: Credentials, session_queues: dict[str, str], template: Templ
     os.environ["ORDER_QUEUE_URL"] = session_queues["OrderQueue"]
     os.environ["ORDER_DLQ_URL"] = session_queues["OrderDeadLetterQueue"]
     os.environ["ORDER_EXPIRY_QUEUE_URL"] = session_queues["OrderExpiryQueue"]
+    os.environ["DRAW_CLOCK_QUEUE_URL"] = session_queues["DrawClockQueue"]
     return {logical_id: load_handler(fn) for logical_id, fn in template.functions.items()}
 
 

@@ -7,6 +7,8 @@ the event's pre-signed ``ResponseURL``. Every path replies exactly once:
   credentials from ``DB_SECRET_ARN``, retrying connection errors while RDS
   Proxy may still be registering its target; an error that outlasts the
   retries replies FAILED with its reason, so the stack rolls back.
+- Create / Update also give the draw passes' secret its first key ring
+  (``seckill.passes.ensure_ring``) while it holds none.
 - Delete replies SUCCESS without touching the database: the data outlives the
   schema resource (the instance has its own deletion policy).
 - A watchdog replies FAILED shortly before the function would time out, in
@@ -16,6 +18,7 @@ the event's pre-signed ``ResponseURL``. Every path replies exactly once:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -23,6 +26,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+import boto3
 import pymysql
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -30,6 +34,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, credentials
 from seckill.migrate import migrate
+from seckill.passes import ensure_ring
 
 logger = Logger()
 
@@ -121,6 +126,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     try:
         if request in {"Create", "Update"}:
             creds = migrate_when_ready(settings, deadline)
+            pass_keys = os.environ.get("PASS_KEYS_SECRET_ARN", "")
+            if pass_keys and ensure_ring(boto3.client("secretsmanager"), pass_keys):
+                logger.info("draw pass key ring created")
             reply.send(SUCCESS, f"schema applied to {creds.database}", {"Database": creds.database})
         elif request == "Delete":
             reply.send(SUCCESS, "schema left in place")

@@ -13,6 +13,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.draw.moves import ClockQueue, restart_stalled
 from seckill.edge.state import StateQueue
 from seckill.infra import tracing
 from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
@@ -35,6 +36,7 @@ scripts = Scripts.register(redis)
 sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
 edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
+clock = ClockQueue(sqs, settings.draw_clock_queue_url)
 db = Database.from_settings(settings)
 
 
@@ -61,6 +63,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # Every sale's state sent to the edge again, after this pass's releases, repairs and
     # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
     edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
+    # A draw clock whose next message is overdue (a send lost, a message dead-lettered) goes on.
+    clocks_restarted = restart_stalled(db, clock)
+    if clocks_restarted:
+        metrics.add_metric(name="DrawClocksRestarted", unit=MetricUnit.Count, value=len(clocks_restarted))
+        logger.warning("draw clocks restarted", extra={"voucherIds": clocks_restarted})
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
     for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
         if totals[name]:
@@ -70,4 +77,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     )
     if recovery.blocked:
         logger.warning("Redis lost data and it is not rebuilt yet", extra={"why": recovery.blocked})
-    return {**result.to_dict(), "totals": totals, "recovery": {"lost": recovery.lost, "blocked": recovery.blocked}}
+    return {
+        **result.to_dict(),
+        "totals": totals,
+        "recovery": {"lost": recovery.lost, "blocked": recovery.blocked},
+        "drawClocksRestarted": clocks_restarted,
+    }

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,7 +29,8 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill import holds, openapi, vouchers
+from seckill import holds, openapi, passes, vouchers
+from seckill.draw import entries, moves
 from seckill.edge.state import StateQueue
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
@@ -37,10 +40,12 @@ from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, TryAgain, Unauthorized
 from seckill.infra.logcontext import LogContext
 from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import to_ms
 from seckill.messages import OrderQueue
 from seckill.press import orders
 from seckill.press.gate import Gate
 from seckill.press.tally import Tally
+from seckill.tokens import token_from_header
 
 logger = Logger()
 log_context = LogContext(logger, correlation_id=lambda event: event.get("requestContext", {}).get("requestId"))
@@ -59,6 +64,7 @@ gate = Gate(redis, scripts, settings.refusal_cache_seconds)
 sqs = OnFirstUse(sqs_client)
 queue = OrderQueue(sqs, settings.order_queue_url)
 edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
+clock = moves.ClockQueue(sqs, settings.draw_clock_queue_url)
 db = Database.from_settings(settings)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
@@ -93,7 +99,33 @@ def place(event: dict[str, Any]) -> int | Refusal:
     a service that cannot answer, raises the error that answers it."""
     user_id = user_of(event)
     voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
-    return orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+    ticket = pass_ticket(event.get("headers") or {}, voucher_id, user_id)
+    return orders.place_order(
+        gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds, ticket=ticket
+    )
+
+
+def pass_ticket(headers: dict[str, str], voucher_id: int, user_id: int) -> str:
+    """The ticket of the press's pass if it is valid for this voucher, user and token;
+    '' otherwise, and the gate refuses a draw's press without one (NO_PASS) while a
+    race's ignores it (docs/draw.md)."""
+    text = headers.get(passes.PASS_HEADER)
+    if not text:
+        return ""
+    ring = key_ring()
+    token = token_from_header(headers.get("authorization"))
+    return passes.verify(ring, text, voucher_id, user_id, token, time.time()) or ""
+
+
+def key_ring() -> passes.KeyRing:
+    """The passes' keys (Secrets Manager's, cached for a minute); 503 if they cannot be read."""
+    try:
+        ring = passes.load_ring()
+    except Exception as exc:
+        raise TryAgain("the pass keys are briefly unavailable, please try again") from exc
+    if ring is None:
+        raise TryAgain("no pass keys are configured")
+    return ring
 
 
 def press(event: dict[str, Any]) -> dict[str, Any]:
@@ -128,13 +160,16 @@ def accepted(order_id: int) -> Response[str]:
             400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
             404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
             409: openapi.refused(
-                "Refused: sold out, one order per user, or outside the sale window",
+                "Refused: sold out, one order per user, or outside the sale window; on a draw, a ticket "
+                "not below the cursor in effect",
                 "SOLD_OUT",
                 "DUPLICATE_ORDER",
                 "NOT_STARTED",
                 "ENDED",
+                "NOT_ADMITTED",
             ),
-        }
+        },
+        no_pass=True,
     ),
 )
 def press_route(voucherId: openapi.IdText) -> Response[str]:
@@ -287,6 +322,70 @@ def list_vouchers(
 
 
 @app.post(
+    "/voucher-order/seckill/<voucherId>/entry",
+    operation_id="enterDraw",
+    summary="Enter a draw sale: the ticket, and the pass every press shows",
+    **openapi.user_route(
+        {
+            200: openapi.answer(
+                "Entered (now, or before: the same ticket; the pass issued afresh)", openapi.EntryResult
+            ),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher", "VOUCHER_NOT_FOUND"),
+            409: openapi.refused(
+                "The window is over or the sale stopped, or the sale is a race", "ENDED", "NOT_A_DRAW"
+            ),
+        }
+    ),
+)
+def enter_draw(voucherId: openapi.IdText) -> Response[str]:
+    event = app.current_event.raw_event
+    user_id = user_of(event)
+    voucher_id = parse_id(voucherId, "voucherId")
+    token = token_from_header((event.get("headers") or {}).get("authorization"))
+    if token is None:
+        raise Unauthorized("login required")
+    ring = key_ring()
+    entry = entries.enter(db, voucher_id, user_id)
+    issued = passes.sign(ring, voucher_id, user_id, token, entry.ticket, entry.expires)
+    return results.ok({"pass": issued, "ticket": entry.ticket, "late": entry.late})
+
+
+@app.get(
+    "/voucher-order/seckill/<voucherId>/entry",
+    operation_id="getEntry",
+    summary="A draw entrant's ticket and chance: waiting, admitted or over",
+    **openapi.user_route(
+        {
+            200: openapi.answer("The entry", openapi.EntryStatusResult),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No entry of this user, or no such voucher", "ENTRY_NOT_FOUND", "VOUCHER_NOT_FOUND"),
+        }
+    ),
+)
+def get_entry(voucherId: openapi.IdText) -> Response[str]:
+    user_id = user_of(app.current_event.raw_event)
+    voucher_id = parse_id(voucherId, "voucherId")
+    return results.ok(entries.look_up(db, redis, voucher_id, user_id))
+
+
+@app.get(
+    "/voucher/seckill/<voucherId>/draw",
+    operation_id="getDraw",
+    summary="A draw's public record: commitment, close, entrants, the cursor and its moves, the seed once over",
+    **openapi.public_route(
+        {
+            200: openapi.answer("The record", openapi.DrawRecordResult),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused("No such seckill voucher, or not a draw", "VOUCHER_NOT_FOUND"),
+        }
+    ),
+)
+def get_draw(voucherId: openapi.IdText) -> Response[str]:
+    return results.ok(entries.record(db, parse_id(voucherId, "voucherId")))
+
+
+@app.post(
     "/voucher/seckill",
     operation_id="createSeckillVoucher",
     summary="Put a seckill voucher on sale (stock and sale window)",
@@ -309,8 +408,18 @@ def add_seckill_voucher() -> Response[str]:
     # Its window, for the edge to refuse presses before it opens; a creation whose
     # preload is still provisional is not on sale, and the reconciler's sweep sends it.
     edge.notice(scripts, voucher_id)
+    if voucher.closes_at is not None:
+        start_clock(voucher_id, voucher.closes_at)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
     return results.ok(voucher_id, status=201)
+
+
+def start_clock(voucher_id: int, closes_at: datetime) -> None:
+    """The draw clock's first message; if it cannot be sent, the reconciler sends it once overdue."""
+    try:
+        moves.start(clock, voucher_id, to_ms(closes_at))
+    except Exception:
+        logger.warning("the draw clock of voucher %s waits for the reconciler", voucher_id, exc_info=True)
 
 
 @app.post(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import models_json_schema
 
@@ -114,6 +114,49 @@ class ListedVoucher(_Doc):
     begin_time: datetime | None
     end_time: datetime | None
     hold_seconds: int | None
+    admission: Literal["race", "draw"] | None
+    closes_at: datetime | None
+
+
+Ticket = Annotated[str, WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{17}$"})]
+
+
+class Entry(_Doc):
+    """A draw's entry: the pass to show (header ``x-seckill-pass``) on every press, the
+    ticket, and whether it was entered after the draw closed."""
+
+    pass_: Annotated[str, Field(alias="pass")]
+    ticket: Ticket
+    late: bool
+
+
+class EntryStatus(_Doc):
+    """An entrant's ticket and chance; ``ahead`` is an estimate of the entrants not yet
+    admitted before this one."""
+
+    ticket: Ticket
+    late: bool
+    admitted: bool
+    ahead: int
+    chance: Literal["waiting", "admitted", "over"]
+
+
+class CursorMove(_Doc):
+    at: datetime
+    cursor: Ticket
+
+
+class DrawRecord(_Doc):
+    """A draw's public record: ``cursor`` is null before the draw closes, ``seed`` (hex) until
+    the window is over or the sale stopped."""
+
+    commitment: Annotated[str, WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{64}$"})]
+    closes_at: datetime
+    entrants: int
+    late_entrants: int
+    cursor: Ticket | None
+    cursor_history: list[CursorMove]
+    seed: Annotated[str | None, WithJsonSchema({"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"})]
 
 
 class _Ok(_Doc):
@@ -140,6 +183,18 @@ class VoucherIdResult(_Ok):
     data: int
 
 
+class EntryResult(_Ok):
+    data: Entry
+
+
+class EntryStatusResult(_Ok):
+    data: EntryStatus
+
+
+class DrawRecordResult(_Ok):
+    data: DrawRecord
+
+
 class Failure(_Doc):
     """hm-dianping's ``Result`` of a refusal: ``code`` says which, ``errorMsg`` says why in words."""
 
@@ -161,6 +216,9 @@ SCHEMAS: tuple[type[BaseModel], ...] = (
     OrderStatusResult,
     VoucherPage,
     VoucherIdResult,
+    EntryResult,
+    EntryStatusResult,
+    DrawRecordResult,
     Failure,
     GatewayError,
     VoucherIn,
@@ -215,8 +273,10 @@ def refused(description: str, *codes: str) -> dict[str, Any]:
 UNAVAILABLE = refused("Redis, MySQL or SQS is unavailable: try again (never a 500)", "TRY_AGAIN")
 
 
-def user_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The OpenAPI arguments of a route behind the Lambda authorizer: its own answers, and API Gateway's."""
+def user_route(responses: dict[int, dict[str, Any]], *, no_pass: bool = False) -> dict[str, Any]:
+    """The OpenAPI arguments of a route behind the Lambda authorizer: its own answers, and API
+    Gateway's; ``no_pass``: the press, whose draw refuses a press without a valid pass."""
+    forbidden = [_gateway("Forbidden"), *([_failure("NO_PASS")] if no_pass else [])]
     return {
         "security": [{USER: []}],
         "responses": {
@@ -226,7 +286,11 @@ def user_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 _gateway("Unauthorized"),
                 _failure("UNAUTHORIZED"),
             ),
-            403: _response("The token is not a logged-in user's (API Gateway)", _gateway("Forbidden")),
+            403: _response(
+                "The token is not a logged-in user's (API Gateway)"
+                + ("; on a draw, no valid `x-seckill-pass` for this voucher, user and token" if no_pass else ""),
+                *forbidden,
+            ),
             500: _response(
                 "The authorizer failed (API Gateway); the function itself never answers 500",
                 _gateway("Internal Server Error"),

@@ -57,3 +57,42 @@ CREATE TABLE IF NOT EXISTS tb_voucher_order_rejection (
   PRIMARY KEY (order_id),
   KEY idx_voucher (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- A draw voucher's draw (docs/draw.md): its secret seed (revealed once the sale is
+-- over), the commitment published at creation, its parameters, the late entries'
+-- counter, and the at (epoch ms) of the draw clock's next message.
+CREATE TABLE IF NOT EXISTS tb_draw (
+  voucher_id    BIGINT UNSIGNED NOT NULL COMMENT 'tb_seckill_voucher.voucher_id',
+  seed          BINARY(32)      NOT NULL COMMENT 'secret until the window is over or the sale stopped',
+  commitment    CHAR(64)        NOT NULL COMMENT 'hex SHA-256 of the seed',
+  admit_factor  INT             NOT NULL,
+  close_seconds INT             NOT NULL,
+  wave_seconds  INT             NOT NULL,
+  close_time    DATETIME(3)     NOT NULL COMMENT 'the draw closes (UTC): begin_time - close_seconds',
+  late_count    INT             NOT NULL DEFAULT 0 COMMENT 'entries after the close so far',
+  clock_at      BIGINT          NULL     COMMENT 'the at (epoch ms) the clock moves next, NULL once done',
+  create_time   DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (voucher_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- One entry per voucher and user, with its ticket.
+CREATE TABLE IF NOT EXISTS tb_draw_entry (
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  user_id      BIGINT UNSIGNED NOT NULL,
+  ticket       CHAR(17) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '17 lowercase hex: 0 + HMAC before the close, 1 + sequence after',
+  late         TINYINT(1)      NOT NULL,
+  create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (voucher_id, user_id),
+  KEY idx_ticket (voucher_id, ticket)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- The cursor's moves: each takes effect at at_ms and admits what it names.
+CREATE TABLE IF NOT EXISTS tb_draw_move (
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  at_ms        BIGINT          NOT NULL COMMENT 'when the move takes effect (epoch ms)',
+  cursor_after CHAR(17) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'the cursor from at_ms on',
+  admitted     INT             NOT NULL COMMENT 'entrants this move admitted',
+  units        INT             NOT NULL COMMENT 'units on sale when it was decided',
+  decide_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (voucher_id, at_ms)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

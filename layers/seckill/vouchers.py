@@ -4,9 +4,10 @@ and stopping a sale."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -14,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from pymysql.cursors import DictCursor
 from redis.exceptions import RedisError
 
+from seckill.draw.tickets import commitment
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -38,6 +40,9 @@ PAGE_SIZE_PATTERN = "^0*(?:[1-9][0-9]?|100)$"
 Money = Annotated[int, Field(ge=0, le=10**12)]
 # How long a confirmed order stays payable (docs/holds.md): by default, at least, at most.
 HOLD_SECONDS, MIN_HOLD_SECONDS, MAX_HOLD_SECONDS = 900, 10, 86_400
+# A draw's parameters (docs/draw.md): their defaults when a draw leaves them out.
+DRAW_DEFAULTS: Final = {"admit_factor": 2, "draw_close_seconds": 60, "wave_seconds": 10}
+DrawSeconds = Annotated[int | None, Field(ge=5, le=3600)]
 
 
 def _time(value: Any) -> datetime:
@@ -99,6 +104,23 @@ class SeckillVoucherIn(VoucherIn):
     begin_time: LocalTime
     end_time: LocalTime
     hold_seconds: Annotated[int, Field(ge=MIN_HOLD_SECONDS, le=MAX_HOLD_SECONDS)] = HOLD_SECONDS
+    # A race (first come, first served) or a draw (docs/draw.md), and a draw's parameters:
+    # absent (None) for a race; a draw that leaves one out gets DRAW_DEFAULTS'.
+    admission: Literal["race", "draw"] = "race"
+    admit_factor: Annotated[int | None, Field(ge=1, le=100)] = None
+    draw_close_seconds: DrawSeconds = None
+    wave_seconds: DrawSeconds = None
+
+    @property
+    def draw(self) -> bool:
+        return self.admission == "draw"
+
+    @property
+    def closes_at(self) -> datetime | None:
+        """When a draw closes: ``drawCloseSeconds`` before the window opens."""
+        if self.draw_close_seconds is None:
+            return None
+        return self.begin_time - timedelta(seconds=self.draw_close_seconds)
 
 
 def parse_model(body: str | None, model: type[M]) -> M:
@@ -112,6 +134,7 @@ def parse_model(body: str | None, model: type[M]) -> M:
 
 
 V = TypeVar("V", bound=VoucherIn)
+S = TypeVar("S", bound=SeckillVoucherIn)
 
 
 def parse_voucher(body: str | None, model: type[V], zone: tzinfo) -> V:
@@ -126,7 +149,25 @@ def parse_voucher(body: str | None, model: type[V], zone: tzinfo) -> V:
             raise BadRequest("endTime: must be after beginTime")
         if end <= datetime.now(UTC):
             raise BadRequest("endTime: the sale window has already ended")
-        voucher = voucher.model_copy(update={"begin_time": begin, "end_time": end})
+        voucher = _admission(voucher.model_copy(update={"begin_time": begin, "end_time": end}))
+    return voucher
+
+
+def _admission(voucher: S) -> S:
+    """A race takes no draw parameter; a draw gets the defaults of those it leaves out,
+    and its window must open more than ``drawCloseSeconds`` from now."""
+    given = {name: getattr(voucher, name) for name in DRAW_DEFAULTS}
+    if not voucher.draw:
+        for name, value in given.items():
+            if value is not None:
+                raise BadRequest(f'{to_camel(name)}: only a draw (admission "draw") takes it')
+        return voucher
+    voucher = voucher.model_copy(
+        update={name: DRAW_DEFAULTS[name] if value is None else value for name, value in given.items()}
+    )
+    closes_at = voucher.closes_at
+    if closes_at is None or closes_at <= datetime.now(UTC):
+        raise BadRequest("beginTime: a draw's must be more than drawCloseSeconds from now")
     return voucher
 
 
@@ -173,6 +214,9 @@ def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVou
             " VALUES (%s, %s, %s, %s, %s)",
             (voucher_id, voucher.stock, to_db(voucher.begin_time), to_db(voucher.end_time), voucher.hold_seconds),
         )
+        closes_at = voucher.closes_at
+        if closes_at is not None:
+            _insert_draw(cursor, voucher_id, voucher, closes_at)
         # Only when this is the one voucher the gate may need is the cache complete with
         # it; otherwise Redis may have lost others, and recovery or reconciliation says so.
         cursor.execute(
@@ -181,7 +225,9 @@ def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVou
         )
         alone = cursor.fetchone() is None
         # The last step of the transaction: a lost connection can only come before it.
-        preload(redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time, provisional=True)
+        preload(
+            redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time, provisional=True, close=closes_at
+        )
         preloaded = voucher_id
         if alone:
             redis.set(keys.loaded(), 1)
@@ -200,19 +246,52 @@ def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVou
     return voucher_id
 
 
+def _insert_draw(cursor: DictCursor, voucher_id: int, voucher: SeckillVoucherIn, closes_at: datetime) -> None:
+    """A draw's row: a fresh secret seed and its commitment; the clock's first move is the close."""
+    seed = os.urandom(32)
+    cursor.execute(
+        "INSERT INTO tb_draw (voucher_id, seed, commitment, admit_factor, close_seconds, wave_seconds, close_time,"
+        " clock_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            voucher_id,
+            seed,
+            commitment(seed),
+            voucher.admit_factor,
+            voucher.draw_close_seconds,
+            voucher.wave_seconds,
+            to_db(closes_at),
+            to_ms(closes_at),
+        ),
+    )
+
+
 def preload(
-    redis: RedisClient, voucher_id: int, stock: int, begin: datetime, end: datetime, *, provisional: bool = False
+    redis: RedisClient,
+    voucher_id: int,
+    stock: int,
+    begin: datetime,
+    end: datetime,
+    *,
+    provisional: bool = False,
+    close: datetime | None = None,
 ) -> None:
     """Write the gate's view of a fresh voucher in one MULTI (one slot, thanks to the hash tag).
 
-    Buyers, pending marks and returned orders are reset: an id reused after a database was
-    recreated must not inherit an old sale's buyers. A ``provisional`` preload is
-    not sold by the gate and expires unless ``make_final`` follows.
+    Buyers, pending marks, returned orders and a draw's cursor are reset: an id reused after
+    a database was recreated must not inherit an old sale's buyers. A ``provisional`` preload is
+    not sold by the gate and expires unless ``make_final`` follows. ``close``: a draw's close
+    (the gate then wants a pass's ticket below the cursor, docs/draw.md).
     """
     window: dict[str, int] = {"begin": to_ms(begin), "end": to_ms(end)}
+    if close is not None:
+        window.update(draw=1, close=to_ms(close))
     with redis.pipeline(transaction=True) as pipe:
         pipe.delete(
-            keys.buyers(voucher_id), keys.pending(voucher_id), keys.window(voucher_id), keys.returned(voucher_id)
+            keys.buyers(voucher_id),
+            keys.pending(voucher_id),
+            keys.window(voucher_id),
+            keys.returned(voucher_id),
+            keys.cursor(voucher_id),
         )
         pipe.set(keys.stock(voucher_id), stock, ex=PROVISIONAL_TTL if provisional else None)
         pipe.hset(keys.window(voucher_id), mapping={**window, "provisional": 1} if provisional else window)
@@ -250,8 +329,9 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
     def select(cursor: DictCursor) -> list[dict[str, Any]]:
         cursor.execute(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, v.type, v.status,"
-            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds"
+            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds, d.close_time"
             " FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
+            " LEFT JOIN tb_draw d ON d.voucher_id = v.id"
             " WHERE v.shop_id = %s AND v.status = %s AND v.id > %s ORDER BY v.id LIMIT %s",
             (shop_id, ON_SALE, after, limit + 1),  # one more says whether a next page exists
         )
@@ -273,6 +353,9 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
             "beginTime": iso(from_db(r["begin_time"])),
             "endTime": iso(from_db(r["end_time"])),
             "holdSeconds": r["hold_seconds"],
+            # A seckill voucher's admission, and a draw's close; nulls for an ordinary one.
+            "admission": None if r["stock"] is None else "race" if r["close_time"] is None else "draw",
+            "closesAt": None if r["close_time"] is None else iso(from_db(r["close_time"])),
         }
         for r in rows[:limit]
     ]

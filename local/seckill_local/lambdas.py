@@ -49,6 +49,10 @@ def read_env_vars(path: Path | None) -> dict[str, dict[str, str]]:
     return {k: {name: str(v) for name, v in vars_.items()} for k, vars_ in data.items()}
 
 
+# The draw passes' key ring of local runs (as events/env.json's): a development key, public, never deployed.
+DEV_PASS_KEYS = '{"active": "dev", "keys": {"dev": "81845362002b289a3963b0c672326b28c5b87dd80f4049c796b969250b6fb7c3"}}'  # noqa: S105  # public on purpose
+
+
 def local_parameters(redis_url: str, creds: Credentials) -> dict[str, str]:
     """The ``Parameters`` of an env-vars file pointing the functions at local services."""
     return {
@@ -63,6 +67,7 @@ def local_parameters(redis_url: str, creds: Credentials) -> dict[str, str]:
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
+        "SECKILL_PASS_KEYS": DEV_PASS_KEYS,
     }
 
 

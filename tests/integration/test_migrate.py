@@ -15,7 +15,15 @@ from seckill import migrate as migrate_module
 from seckill.infra.db import Credentials, connect
 from seckill.migrate import migrate
 
-TABLES = {"tb_voucher", "tb_seckill_voucher", "tb_voucher_order", "tb_voucher_order_rejection"}
+TABLES = {
+    "tb_voucher",
+    "tb_seckill_voucher",
+    "tb_voucher_order",
+    "tb_voucher_order_rejection",
+    "tb_draw",
+    "tb_draw_entry",
+    "tb_draw_move",
+}
 
 
 def query(creds: Credentials, sql: str, *params: Any) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ def test_template_routes_with_their_auth(template: Template) -> None:
     routes = {(route.method, route.path, route.auth, fn.logical_id) for route, fn in template.routes()}
     assert routes == {
         ("POST", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
+        ("POST", "/voucher-order/seckill/{voucherId}/entry", "default", "SeckillApiFunction"),
+        ("GET", "/voucher-order/seckill/{voucherId}/entry", "default", "SeckillApiFunction"),
+        ("GET", "/voucher/seckill/{voucherId}/draw", "NONE", "SeckillApiFunction"),
         ("GET", "/voucher-order/{orderId}", "default", "SeckillApiFunction"),
         ("POST", "/voucher-order/{orderId}/payment", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher-order/{orderId}/cancel", "default", "SeckillApiFunction"),

@@ -41,6 +41,9 @@ NEEDS: dict[str, set[str]] = {
     "OriginCheck.from_env(": {"ORIGIN_SECRET_ARN", "SECKILL_ORIGIN_SECRET"},
     "passkeys.ring_source(": {"PASS_KEYS_SECRET_ARN", "SECKILL_PASS_KEYS"},
     "settings.timezone": {"SECKILL_TIMEZONE"},
+    "draw_clock_queue_url": {"DRAW_CLOCK_QUEUE_URL"},
+    "key_ring(": {"PASS_KEYS_SECRET_ARN"},
+    "ensure_ring(": {"PASS_KEYS_SECRET_ARN"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
 # Read by the code but rightly not set in AWS, each for its reason.
@@ -51,6 +54,7 @@ OPTIONAL: dict[str, str] = {
     "AWS_ENDPOINT_URL_SQS": "local SQS only; declared as AWS::NoValue for sam local",
     "AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE": "the local store stand-in only; declared as AWS::NoValue",
     "SECKILL_REFUSAL_CACHE_SECONDS": "tuning with a default",
+    "SECKILL_PASS_KEYS": "the pass key ring of local runs; in AWS PASS_KEYS_SECRET_ARN; declared as AWS::NoValue",
     "SECKILL_STATUS_TTL_SECONDS": "tuning with a default",
     "AWS_LAMBDA_INITIALIZATION_TYPE": "set by Lambda: on-demand, provisioned-concurrency or snap-start",
     "_X_AMZN_TRACE_ID": "set by Lambda per invocation: whether X-Ray samples it",
@@ -182,6 +186,10 @@ def secrets_read(data: dict[str, Any], logical_id: str) -> list[Any]:
             policy = policy["Fn::If"][1]
         if "AWSSecretsManagerGetSecretValuePolicy" in policy:
             read.append(policy["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"])
+        # A statement of its own (the migrator's: it also puts the first pass key ring).
+        read += [
+            s["Resource"] for s in policy.get("Statement", []) if "secretsmanager:GetSecretValue" in s.get("Action", [])
+        ]
     return read
 
 
@@ -229,6 +237,8 @@ def test_queues_redrive_and_encryption(template: Template, data: dict[str, Any])
         "OrderExpiryDeadLetterQueue",
         "EdgeStateQueue",
         "EdgeStateDeadLetterQueue",
+        "DrawClockQueue",
+        "DrawClockDeadLetterQueue",
     }
 
 

@@ -23,7 +23,13 @@ from tests.unit.test_template import actions, evaluate, statements, transformed
 __all__ = ["transformed"]  # the fixture, shared with test_template.py
 
 # The in-VPC functions that change a voucher's state, and so queue it for the edge.
-STATE_SENDERS = ("SeckillApiFunction", "OrderPersisterFunction", "OrderExpiryFunction", "ReconcilerFunction")
+STATE_SENDERS = (
+    "SeckillApiFunction",
+    "OrderPersisterFunction",
+    "OrderExpiryFunction",
+    "ReconcilerFunction",
+    "DrawClockFunction",
+)
 EDGE_RESOURCE_TYPES = ("AWS::CloudFront::", "AWS::WAFv2::")
 
 
@@ -295,7 +301,8 @@ def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(templa
             assert route.method in behavior["AllowedMethods"], route.path
             assert DENY not in functions_of(behavior), route.path
             served += 1
-    assert served == 4  # the press, the order's status, the cancel, the voucher list
+    # The press, the order's status, the cancel, the voucher list, a draw's entry (both) and record.
+    assert served == 7
     press = behavior_for(config, "/voucher-order/seckill/42")
     assert functions_of(press) == [PRESS]
     assert "POST" in press["AllowedMethods"]

@@ -48,6 +48,8 @@ class Settings:
     edge_state_queue_url: str = ""
     # The KeyValueStore EdgePublisherFunction writes the sales' states to.
     edge_kvs_arn: str = ""
+    # Where the draw clock's delayed messages wait for their move (docs/draw.md).
+    draw_clock_queue_url: str = ""
 
     @classmethod
     def from_env(cls, env: os._Environ[str] | dict[str, str] | None = None) -> Settings:
@@ -73,4 +75,5 @@ class Settings:
             order_expiry_queue_url=env.get("ORDER_EXPIRY_QUEUE_URL", ""),
             edge_state_queue_url=env.get("EDGE_STATE_QUEUE_URL", ""),
             edge_kvs_arn=env.get("EDGE_KVS_ARN", ""),
+            draw_clock_queue_url=env.get("DRAW_CLOCK_QUEUE_URL", ""),
         )

@@ -28,14 +28,16 @@ def returned(voucher_id: int) -> str:
     return f"seckill:returned:{{{voucher_id}}}"
 
 
+def cursor(voucher_id: int) -> str:
+    """Sorted set of a draw's cursor moves: member = the cursor (17 hex), score = when it
+    takes effect (epoch ms). The cursor in effect is the member with the largest score
+    not after now; none before the draw closes (docs/draw.md)."""
+    return f"seckill:cursor:{{{voucher_id}}}"
+
+
 def edge(voucher_id: int) -> str:
     """Hash: the version and the last state claimed for the edge (``lua/edge_claim.lua``)."""
     return f"seckill:edge:{{{voucher_id}}}"
-
-
-def cursor(voucher_id: int) -> str:
-    """Sorted set of a draw's cursor moves: member the cursor, score the epoch ms it takes effect."""
-    return f"seckill:cursor:{{{voucher_id}}}"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -43,6 +45,12 @@ def voucher_keys(voucher_id: int) -> tuple[str, ...]:
     """Every key of one voucher's gate state, in the order the gate and restore scripts take them
     (remembered: a sale's presses name a handful of vouchers, tens of thousands of times)."""
     return (stock(voucher_id), buyers(voucher_id), window(voucher_id), pending(voucher_id))
+
+
+@functools.lru_cache(maxsize=1024)
+def gate_keys(voucher_id: int) -> tuple[str, ...]:
+    """The gate script's keys: the voucher's gate state, then its draw's cursor."""
+    return (*voucher_keys(voucher_id), cursor(voucher_id))
 
 
 def loaded() -> str:

@@ -14,6 +14,8 @@ from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts
 
 OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED, ENDED_UNSENT = 0, 1, 2, 3, 4, 5, 6, 7
+# A draw voucher's own refusals (docs/draw.md).
+NO_PASS, NOT_ADMITTED = 8, 9
 
 
 REFUSALS: dict[int, Refusal] = {
@@ -22,6 +24,8 @@ REFUSALS: dict[int, Refusal] = {
     ENDED: Refusal(409, "ENDED", "the sale has ended"),
     SOLD_OUT: Refusal(409, "SOLD_OUT", "sold out"),
     DUPLICATE: Refusal(409, "DUPLICATE_ORDER", "one order per user"),
+    NO_PASS: Refusal(403, "NO_PASS", "no valid pass for this voucher"),
+    NOT_ADMITTED: Refusal(409, "NOT_ADMITTED", "not admitted yet"),
 }
 # Refusals that stay true for everyone for a while, so a warm function may
 # repeat them without asking Redis.
@@ -87,12 +91,15 @@ class Gate:
         self.clock = clock
         self._refused: dict[int, tuple[float, Refusal]] = {}
 
-    def reserve(self, voucher_id: int, user_id: int, token: str | None = None) -> Reservation | Refusal | Unsent:
+    def reserve(
+        self, voucher_id: int, user_id: int, token: str | None = None, ticket: str = ""
+    ) -> Reservation | Refusal | Unsent:
         """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered.
         ``token`` names this request's reservation (by default 32 random hex digits,
-        made only when Redis is asked). ``TryAgain`` when Redis has lost its data (the
-        voucher may exist after all)."""
-        cached = self._refused.get(voucher_id)
+        made only when Redis is asked). ``ticket``: the press's valid pass's, on a draw
+        voucher (a draw's refusals depend on it, so none is remembered for it). ``TryAgain``
+        when Redis has lost its data (the voucher may exist after all)."""
+        cached = None if ticket else self._refused.get(voucher_id)
         if cached is not None:
             expires, refusal = cached
             if self.clock() < expires:
@@ -102,16 +109,19 @@ class Gate:
         if token is None:
             # As uuid4().hex, from os.urandom at a third of its cost.
             token = os.urandom(16).hex()
-        code, now_ms, order_id, *holder = self.scripts.gate(keys=keys.voucher_keys(voucher_id), args=(user_id, token))
+        code, now_ms, order_id, *holder = self.scripts.gate(
+            keys=keys.gate_keys(voucher_id), args=(user_id, token, ticket)
+        )
         if code in (OK, RESUMED):
             return Reservation(voucher_id, user_id, token, now_ms, int(order_id) if order_id else None)
         if code == ENDED_UNSENT:
             # The earlier request's reservation: its token and acceptance time.
-            self.remember_refusal(voucher_id, ENDED)
+            if not ticket:
+                self.remember_refusal(voucher_id, ENDED)
             return Unsent(Reservation(voucher_id, user_id, holder[0], now_ms, int(order_id)))
         if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
-        if code in _CACHEABLE:
+        if code in _CACHEABLE and not ticket:
             self.remember_refusal(voucher_id, code)
         return REFUSALS[code]
 

@@ -21,14 +21,33 @@ from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import fail_unqueued
-from seckill.press.gate import ATTACHED, DUPLICATE, ENDED, NOT_FOUND, REFUSALS, TAKEN_OVER, Gate, Reservation, Unsent
+from seckill.press.gate import (
+    ATTACHED,
+    DUPLICATE,
+    ENDED,
+    NO_PASS,
+    NOT_FOUND,
+    REFUSALS,
+    TAKEN_OVER,
+    Gate,
+    Reservation,
+    Unsent,
+)
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
 
 
 def place_order(
-    gate: Gate, redis: RedisClient, queue: OrderQueue, db: Database, voucher_id: int, user_id: int, *, status_ttl: int
+    gate: Gate,
+    redis: RedisClient,
+    queue: OrderQueue,
+    db: Database,
+    voucher_id: int,
+    user_id: int,
+    *,
+    status_ttl: int,
+    ticket: str = "",
 ) -> int | Refusal:
     """Reserve in Redis, then queue the order; the order id is made only for winners.
 
@@ -41,16 +60,17 @@ def place_order(
     order id is certainly not on the queue; its reservation is then given back, or,
     if even that fails, left unpromised: the user's next press resumes that order
     (after the sale, fails it), and reconciliation otherwise fails it, so it can never
-    be confirmed unseen.
+    be confirmed unseen. ``ticket``: that of the press's valid pass ('' without one),
+    which a draw voucher's gate wants (docs/draw.md).
     """
     try:
-        reservation = gate.reserve(voucher_id, user_id)
+        reservation = gate.reserve(voucher_id, user_id, ticket=ticket)
     except (RedisConnectionError, RedisTimeoutError) as exc:
         # The script may have run before its reply was lost: that reservation carries
         # no order id, and the user's next press takes it over.
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
     if isinstance(reservation, Refusal):
-        return _not_in_redis(gate, db, voucher_id) if reservation is REFUSALS[NOT_FOUND] else reservation
+        return _not_in_redis(gate, db, voucher_id, ticket) if reservation is REFUSALS[NOT_FOUND] else reservation
     if isinstance(reservation, Unsent):
         _fail_unsent(gate, db, reservation.reservation)
         return REFUSALS[ENDED]
@@ -137,15 +157,16 @@ def _fail_unsent(gate: Gate, db: Database, reservation: Reservation) -> None:
         log.exception("could not fail order %s left unsent after the sale", order_id)
 
 
-def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
+def _not_in_redis(gate: Gate, db: Database, voucher_id: int, ticket: str) -> Refusal:
     """The gate does not know the voucher (and Redis has not lost its data): MySQL
     tells a voucher that never existed (404) from one whose sale ended or was stopped
-    long ago (409 ENDED) and from one the cache is missing (``TryAgain``, 503, until
-    reconciled)."""
+    long ago (409 ENDED, after NO_PASS for a draw's press without a pass) and from one
+    the cache is missing (``TryAgain``, 503, until reconciled)."""
 
     def lookup(cursor: DictCursor) -> dict[str, Any] | None:
         cursor.execute(
-            "SELECT sv.end_time, v.status FROM tb_seckill_voucher sv JOIN tb_voucher v ON v.id = sv.voucher_id"
+            "SELECT sv.end_time, v.status, d.voucher_id IS NOT NULL AS draw FROM tb_seckill_voucher sv"
+            " JOIN tb_voucher v ON v.id = sv.voucher_id LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id"
             " WHERE sv.voucher_id = %s",
             (voucher_id,),
         )
@@ -154,8 +175,11 @@ def _not_in_redis(gate: Gate, db: Database, voucher_id: int) -> Refusal:
     row = db.run(lookup, read_only=True)
     if row is None:
         return REFUSALS[NOT_FOUND]
+    if row["draw"] and not ticket:
+        return REFUSALS[NO_PASS]
     if int(row["status"]) != ON_SALE or from_db(row["end_time"]) <= datetime.now(UTC):
-        gate.remember_refusal(voucher_id, ENDED)
+        if not row["draw"]:
+            gate.remember_refusal(voucher_id, ENDED)
         return REFUSALS[ENDED]
     raise TryAgain("the sale is being restored, please try again")
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pymysql.cursors import DictCursor
 
+from seckill.draw.entries import moves
 from seckill.holds import CLOSED_STATUS
 from seckill.infra import keys
 from seckill.infra.db import Database
@@ -105,7 +106,7 @@ def restore(
         decided = [str(r["id"]) for r in orders] + [str(r["order_id"]) for r in rejected]
         closed = [str(r["id"]) for r in orders if int(r["status"]) == CLOSED_STATUS]
         applied, old, expected, added, removed, returns = scripts.restore(
-            keys=[*keys.voucher_keys(voucher_id), keys.returned(voucher_id)],
+            keys=[*keys.voucher_keys(voucher_id), keys.returned(voucher_id), keys.cursor(voucher_id)],
             args=[
                 mode,
                 int(row["stock"]),
@@ -115,6 +116,7 @@ def restore(
                 json.dumps(decided),
                 json.dumps([[str(m.user_id), str(m.order_id), str(to_ms(m.accepted_at))] for m in dead_letters]),
                 json.dumps(closed),
+                _draw_fields(cursor, voucher_id),
             ],
         )
         return Restored(
@@ -129,3 +131,12 @@ def restore(
 
     # Safe to run twice: the script only ever aligns Redis with what MySQL says.
     return db.run(align)
+
+
+def _draw_fields(cursor: DictCursor, voucher_id: int) -> str:
+    """A draw's close and recorded moves, as the script takes them; '' for a race."""
+    cursor.execute("SELECT close_time FROM tb_draw WHERE voucher_id = %s", (voucher_id,))
+    row = cursor.fetchone()
+    if row is None:
+        return ""
+    return json.dumps({"close": to_ms(from_db(row["close_time"])), "moves": moves(cursor, voucher_id)})

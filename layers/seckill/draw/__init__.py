@@ -1,0 +1,1 @@
+"""The draw (docs/draw.md): tickets and the cursor's arithmetic, entries and the draw record, the clock's moves."""

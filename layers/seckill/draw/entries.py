@@ -1,0 +1,228 @@
+"""A draw's entries and its public record (docs/draw.md), MySQL being the truth.
+
+An entry before the close gets the seed's ticket, one after it the next late
+sequence number. Both decide "before the close" by the database's clock, as the
+clock's first move does (``seckill.draw.moves``), and under a lock on the draw's
+row: an entry before the close holds it shared, so the first move (which takes it
+exclusively once the close has passed) counts every entry made before it; a late
+entry takes it exclusively, to number itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pymysql.cursors import DictCursor
+
+from seckill.draw.tickets import admitted, early_ticket, late_ticket
+from seckill.infra import keys
+from seckill.infra.clients import RedisClient
+from seckill.infra.db import Database
+from seckill.infra.errors import NotFound, Refusal, SeckillError
+from seckill.infra.timeutil import from_db, from_ms, iso, to_ms
+from seckill.vouchers import WITHDRAWN
+
+Lock = Literal["", " LOCK IN SHARE MODE", " FOR UPDATE"]
+
+
+class Ended(SeckillError):
+    status = 409
+    code = "ENDED"
+
+
+class NotADraw(SeckillError):
+    status = 409
+    code = "NOT_A_DRAW"
+
+
+NOT_FOUND = "no such seckill voucher"
+NO_DRAW = Refusal(404, "VOUCHER_NOT_FOUND", "no such draw")
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A draw voucher's row, with its sale's window and the database's clock (epoch ms)."""
+
+    voucher_id: int
+    seed: bytes
+    commitment: str
+    admit_factor: int
+    wave_seconds: int
+    close_ms: int
+    begin_ms: int
+    end_ms: int
+    withdrawn: bool
+    late_count: int
+    clock_at: int | None
+    now_ms: int
+
+    @property
+    def over(self) -> bool:
+        """The window is over or the sale was stopped: no entry, no move, the seed revealed."""
+        return self.withdrawn or self.now_ms >= self.end_ms
+
+
+def read_draw(cursor: DictCursor, voucher_id: int, lock: Lock = "") -> Draw | None:
+    """The draw of this voucher (its row locked as asked); None for a seckill voucher
+    that is a race; ``NotFound`` for no seckill voucher at all."""
+    if lock:
+        # The draw's row alone: the voucher's is the persister's, hot during a sale. Read
+        # after the lock is held, the row below is the latest committed.
+        cursor.execute(f"SELECT 1 FROM tb_draw WHERE voucher_id = %s{lock}", (voucher_id,))
+    cursor.execute(
+        "SELECT sv.begin_time, sv.end_time, v.status, d.seed, d.commitment, d.admit_factor, d.wave_seconds,"
+        " d.close_time, d.late_count, d.clock_at, UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv"
+        " JOIN tb_voucher v ON v.id = sv.voucher_id LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id"
+        " WHERE sv.voucher_id = %s",
+        (voucher_id,),
+    )
+    row = cursor.fetchone()
+    if row is None:
+        raise NotFound(NOT_FOUND, code="VOUCHER_NOT_FOUND")
+    if row["seed"] is None:
+        return None
+    return Draw(
+        voucher_id=voucher_id,
+        seed=bytes(row["seed"]),
+        commitment=row["commitment"],
+        admit_factor=int(row["admit_factor"]),
+        wave_seconds=int(row["wave_seconds"]),
+        close_ms=to_ms(from_db(row["close_time"])),
+        begin_ms=to_ms(from_db(row["begin_time"])),
+        end_ms=to_ms(from_db(row["end_time"])),
+        withdrawn=int(row["status"]) == WITHDRAWN,
+        late_count=int(row["late_count"]),
+        clock_at=None if row["clock_at"] is None else int(row["clock_at"]),
+        now_ms=to_ms(from_db(row["now"])),
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    ticket: str
+    late: bool
+    expires: int  # the window's end, epoch seconds: no pass outlives it
+
+
+def _entry(cursor: DictCursor, voucher_id: int, user_id: int) -> tuple[str, bool] | None:
+    cursor.execute(
+        "SELECT ticket, late FROM tb_draw_entry WHERE voucher_id = %s AND user_id = %s", (voucher_id, user_id)
+    )
+    row = cursor.fetchone()
+    return None if row is None else (row["ticket"], bool(row["late"]))
+
+
+def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
+    """The user's entry, stored (once) before this returns; the same ticket again for
+    an entrant. ``Ended`` once the window is over or the sale stopped, ``NotADraw`` for a
+    race, ``NotFound`` for no such voucher."""
+
+    def work(cursor: DictCursor, lock: Lock) -> Entry | None:
+        draw = read_draw(cursor, voucher_id, lock)
+        if draw is None:
+            raise NotADraw("this voucher is sold first come, first served: no entry")
+        if draw.over:
+            raise Ended("the sale has ended")
+        expires = draw.end_ms // 1000
+        known = _entry(cursor, voucher_id, user_id)
+        if known is not None:
+            return Entry(known[0], known[1], expires)
+        if draw.now_ms < draw.close_ms:
+            ticket = early_ticket(draw.seed, voucher_id, user_id)
+            # IGNORE: the same user entering twice at once gets the same ticket either way.
+            cursor.execute(
+                "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
+                (voucher_id, user_id, ticket),
+            )
+            return Entry(ticket, False, expires)
+        if lock != " FOR UPDATE":
+            return None  # the close passed: number this entry under the exclusive lock
+        ticket = late_ticket(draw.late_count + 1)
+        cursor.execute("UPDATE tb_draw SET late_count = late_count + 1 WHERE voucher_id = %s", (voucher_id,))
+        cursor.execute(
+            "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
+            (voucher_id, user_id, ticket),
+        )
+        return Entry(ticket, True, expires)
+
+    entry = db.run(lambda cursor: work(cursor, " LOCK IN SHARE MODE"))
+    if entry is None:
+        entry = db.run(lambda cursor: work(cursor, " FOR UPDATE"))
+    assert entry is not None  # under the exclusive lock every entry is decided
+    return entry
+
+
+def moves(cursor: DictCursor, voucher_id: int) -> list[tuple[int, str]]:
+    """Every recorded move, (at in epoch ms, cursor), by time."""
+    cursor.execute("SELECT at_ms, cursor_after FROM tb_draw_move WHERE voucher_id = %s ORDER BY at_ms", (voucher_id,))
+    return [(int(r["at_ms"]), r["cursor_after"]) for r in cursor.fetchall()]
+
+
+def in_effect(history: list[tuple[int, str]], now_ms: int) -> str | None:
+    """The cursor in effect at ``now_ms``: that of the last move not after it."""
+    current = None
+    for at, cursor in history:
+        if at <= now_ms:
+            current = cursor
+    return current
+
+
+def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> dict[str, Any]:
+    """The user's entry and chance: ``ahead`` is how many entrants not yet admitted hold
+    a smaller ticket (an estimate: those who never press let later ones in); ``chance``
+    is ``over`` once the window is over, or sold out with no hold outstanding."""
+
+    def read(cursor: DictCursor) -> tuple[Draw, tuple[str, bool], str | None, int, bool]:
+        draw = read_draw(cursor, voucher_id)
+        known = None if draw is None else _entry(cursor, voucher_id, user_id)
+        if draw is None or known is None:
+            raise NotFound("no entry for this user", code="ENTRY_NOT_FOUND")
+        current = in_effect(moves(cursor, voucher_id), draw.now_ms)
+        cursor.execute(
+            "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s AND ticket < %s",
+            (voucher_id, current or "", known[0]),
+        )
+        ahead = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+        cursor.execute(
+            "SELECT stock = 0 AND NOT EXISTS (SELECT 1 FROM tb_voucher_order WHERE voucher_id = %s AND status = 1)"
+            " AS gone FROM tb_seckill_voucher WHERE voucher_id = %s",
+            (voucher_id, voucher_id),
+        )
+        return draw, known, current, ahead, bool(cursor.fetchone()["gone"])  # type: ignore[index]
+
+    draw, (ticket, late), current, ahead, stored_out = db.run(read, read_only=True)
+    yes = admitted(ticket, current)
+    # Sold out with no hold outstanding: MySQL sold every unit and none is payable, and
+    # Redis has no unit on sale nor an order on its way to MySQL.
+    sold_out = stored_out and redis.get(keys.stock(voucher_id)) in ("0", None) and not _pending(redis, voucher_id)
+    chance = "over" if draw.over or sold_out else "admitted" if yes else "waiting"
+    return {"ticket": ticket, "late": late, "admitted": yes, "ahead": 0 if yes else ahead, "chance": chance}
+
+
+def _pending(redis: RedisClient, voucher_id: int) -> bool:
+    return bool(redis.execute_command("HLEN", keys.pending(voucher_id)))
+
+
+def record(db: Database, voucher_id: int) -> dict[str, Any]:
+    """The draw's public record: the commitment, the close, the counts, the cursor in
+    effect and every move decided, and the seed once the window is over or the sale stopped."""
+
+    def read(cursor: DictCursor) -> tuple[Draw, list[tuple[int, str]], int]:
+        draw = read_draw(cursor, voucher_id)
+        if draw is None:
+            raise NotFound(NO_DRAW.message, code=NO_DRAW.code)
+        cursor.execute("SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s", (voucher_id,))
+        entrants = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+        return draw, moves(cursor, voucher_id), entrants
+
+    draw, history, entrants = db.run(read, read_only=True)
+    return {
+        "commitment": draw.commitment,
+        "closesAt": iso(from_ms(draw.close_ms)),
+        "entrants": entrants,
+        "lateEntrants": draw.late_count,
+        "cursor": in_effect(history, draw.now_ms),
+        "cursorHistory": [{"at": iso(from_ms(at)), "cursor": cursor} for at, cursor in history],
+        "seed": draw.seed.hex() if draw.over else None,
+    }

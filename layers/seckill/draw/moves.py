@@ -1,0 +1,211 @@
+"""The draw clock: the cursor's moves, decided on time, recorded in MySQL, then published
+to Redis (for the gate) and to the edge (docs/draw.md).
+
+The first move takes effect at the close, decided once it has passed, with the
+stock; wave n takes effect at ``beginTime + n x waveSeconds`` while the window is open
+and units are on sale, decided ``LEAD_MS`` before. Each is one transaction under the
+draw's row lock: read the entrants not yet admitted, record the move, and hand the
+clock its next time. The clock is a chain of delayed messages on DrawClockQueue
+(``ClockMessage``): each names the ``at`` it is for, and only the message for the
+draw's ``clock_at`` decides anything, so a duplicate, a redelivery or a second chain
+changes nothing (a move recorded twice is one move: its key is the voucher and ``at``).
+SQS delays a message 15 minutes at most: one that comes early is sent again with the
+time left. If the chain breaks (a send lost), the reconciler sends its message again
+(``restart_stalled``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from pymysql.cursors import DictCursor
+
+from seckill.draw.entries import Draw, moves, read_draw
+from seckill.draw.tickets import late_ticket, move_size
+from seckill.infra import keys
+from seckill.infra.clients import RedisClient
+from seckill.infra.db import Database
+from seckill.messages import MalformedMessage
+
+log = logging.getLogger(__name__)
+
+# A wave is decided and published this long before it takes effect, so that the edge
+# holds it before it applies.
+LEAD_MS = 5000
+# SQS's longest DelaySeconds.
+MAX_DELAY_SECONDS = 900
+# A chain whose next message is this late is restarted by the reconciler.
+STALLED_MS = 60_000
+
+
+@dataclass(frozen=True)
+class ClockMessage:
+    """DrawClockQueue's body: the move of ``voucher_id`` that takes effect at ``at_ms``."""
+
+    voucher_id: int
+    at_ms: int
+
+    def to_json(self) -> str:
+        return json.dumps({"voucherId": self.voucher_id, "at": self.at_ms})
+
+    @classmethod
+    def from_json(cls, body: str) -> ClockMessage:
+        try:
+            data = json.loads(body)
+            voucher_id, at_ms = data["voucherId"], data["at"]
+            if type(voucher_id) is not int or type(at_ms) is not int or voucher_id < 1 or at_ms < 0:
+                raise ValueError("voucherId and at must be non-negative integers")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MalformedMessage(f"malformed draw clock message: {exc}") from exc
+        return cls(voucher_id, at_ms)
+
+
+class ClockQueue:
+    """Sends the clock's messages, each delayed until its move is due (or SQS's longest delay)."""
+
+    def __init__(self, sqs: Any, queue_url: str) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+
+    def send(self, message: ClockMessage, due_ms: int, now_ms: int) -> None:
+        delay = min(MAX_DELAY_SECONDS, max(0, math.ceil((due_ms - now_ms) / 1000)))
+        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json(), DelaySeconds=delay)
+
+
+def due(draw: Draw, at_ms: int) -> int:
+    """When the move at ``at_ms`` is decided: the first at the close, a wave ``LEAD_MS`` before."""
+    return at_ms if at_ms == draw.close_ms else at_ms - LEAD_MS
+
+
+def next_wave(draw: Draw, after_ms: int) -> int | None:
+    """The first wave taking effect after ``after_ms`` (the move just handled, or now when
+    that is later: a wave is never recorded after it took effect); None once none would
+    take effect inside the window (or the sale was stopped)."""
+    if draw.withdrawn:
+        return None
+    wave_ms = draw.wave_seconds * 1000
+    n = max(1, (after_ms - draw.begin_ms) // wave_ms + 1)
+    at = draw.begin_ms + n * wave_ms
+    return at if at < draw.end_ms else None
+
+
+class Tick(Enum):
+    MOVED = "moved"  # a move recorded
+    STILL = "still"  # decided: no move (nobody waiting, or no unit on sale)
+    MISSED = "missed"  # the message came after its wave took effect: none made, the next one scheduled
+    EARLY = "early"  # sent again with the time left
+    STALE = "stale"  # not the draw's next time (a duplicate, an old chain): nothing done
+
+
+@dataclass(frozen=True)
+class Decided:
+    tick: Tick
+    admitted: int = 0
+    cursor: str | None = None
+
+
+def units_on_sale(redis: RedisClient, voucher_id: int) -> int:
+    """The gate's stock: units not reserved, those given back included. Redis without the
+    voucher (lost) raises: the message is retried once recovery has rebuilt it."""
+    stock = redis.get(keys.stock(voucher_id))
+    if stock is None:
+        raise LookupError(f"voucher {voucher_id} is not in Redis: its move waits for recovery")
+    return max(0, int(stock))
+
+
+def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMessage) -> Decided:
+    """Handle one clock message: decide the move it names if it is due and the draw's
+    next, record it, and send the message of the clock's next time (in the same
+    transaction: if the send fails, nothing is recorded and the message is retried).
+    Every recorded move is then published to Redis (``publish``)."""
+    v = message.voucher_id
+
+    def work(cursor: DictCursor) -> Decided:
+        draw = read_draw(cursor, v, " FOR UPDATE")
+        if draw is None or draw.clock_at != message.at_ms:
+            return Decided(Tick.STALE)
+        if draw.now_ms < due(draw, message.at_ms):
+            queue.send(message, due(draw, message.at_ms), draw.now_ms)
+            return Decided(Tick.EARLY)
+        first = message.at_ms == draw.close_ms
+        if draw.over:
+            decided = Decided(Tick.STILL)
+        elif not first and draw.now_ms >= message.at_ms:
+            log.warning("draw %s: the wave at %s was not decided in time", v, message.at_ms)
+            decided = Decided(Tick.MISSED)
+        else:
+            decided = _move(cursor, draw, message.at_ms, units_on_sale(redis, v), first=first)
+        following = next_wave(draw, max(message.at_ms, draw.now_ms))
+        cursor.execute("UPDATE tb_draw SET clock_at = %s WHERE voucher_id = %s", (following, v))
+        if following is not None:
+            queue.send(ClockMessage(v, following), due(draw, following), draw.now_ms)
+        return decided
+
+    decided = db.run(work)
+    publish(db, redis, v)
+    return decided
+
+
+def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool) -> Decided:
+    """The move at ``at_ms``: in ticket order, admit ``min(waiting, admitFactor x units)``
+    more; the cursor becomes the smallest ticket still waiting, or the next late
+    ticket when none is. The first move is made even if it admits nobody."""
+    history = moves(cursor, draw.voucher_id)
+    current = history[-1][1] if history else ""
+    cursor.execute(
+        "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s",
+        (draw.voucher_id, current),
+    )
+    waiting = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+    admit = move_size(waiting, draw.admit_factor, units)
+    if admit == 0 and not first:
+        return Decided(Tick.STILL)
+    if admit < waiting:
+        cursor.execute(
+            "SELECT ticket FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s ORDER BY ticket LIMIT 1 OFFSET %s",
+            (draw.voucher_id, current, admit),
+        )
+        after = str(cursor.fetchone()["ticket"])  # type: ignore[index]  # admit < waiting rows
+    else:
+        after = late_ticket(draw.late_count + 1)
+    cursor.execute(
+        "INSERT INTO tb_draw_move (voucher_id, at_ms, cursor_after, admitted, units) VALUES (%s, %s, %s, %s, %s)",
+        (draw.voucher_id, at_ms, after, admit, units),
+    )
+    return Decided(Tick.MOVED, admit, after)
+
+
+def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:
+    """Every recorded move of the draw into its Redis cursor (idempotent); how many."""
+    history = db.run(lambda cursor: moves(cursor, voucher_id), read_only=True)
+    if history:
+        redis.execute_command("ZADD", keys.cursor(voucher_id), *[part for at, c in history for part in (at, c)])
+    return len(history)
+
+
+def start(queue: ClockQueue, voucher_id: int, close_ms: int) -> None:
+    """The clock's first message, at a draw's creation: due at the close."""
+    queue.send(ClockMessage(voucher_id, close_ms), close_ms, int(time.time() * 1000))
+
+
+def restart_stalled(db: Database, queue: ClockQueue) -> list[int]:
+    """The draws whose clock message is overdue by ``STALLED_MS`` (a send lost, a
+    message dead-lettered) get it again, due now; the vouchers restarted."""
+
+    def read(cursor: DictCursor) -> list[dict[str, Any]]:
+        cursor.execute(
+            "SELECT voucher_id, clock_at FROM tb_draw WHERE clock_at IS NOT NULL AND clock_at < %s",
+            (int(time.time() * 1000) - STALLED_MS,),
+        )
+        return list(cursor.fetchall())
+
+    stalled = db.run(read, read_only=True)
+    for row in stalled:
+        queue.send(ClockMessage(int(row["voucher_id"]), int(row["clock_at"])), 0, 0)
+    return [int(row["voucher_id"]) for row in stalled]

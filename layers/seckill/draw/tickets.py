@@ -1,0 +1,49 @@
+"""The draw's arithmetic (docs/draw.md): the commitment, tickets and the cursor's moves.
+
+Pure functions, no I/O: what anyone can recompute once the seed is revealed.
+Tickets and cursors are 17 lowercase hex characters, compared byte by byte
+(as Python compares ``str`` and the gate script compares them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+
+TICKET = re.compile(r"[0-9a-f]{17}")
+
+
+def commitment(seed: bytes) -> str:
+    """What is published at creation: hex SHA-256 of the 32 raw bytes of the seed."""
+    return hashlib.sha256(seed).hexdigest()
+
+
+def early_ticket(seed: bytes, voucher_id: int, user_id: int) -> str:
+    """An entry before the draw closes: ``"0"`` + the first 16 hex of HMAC-SHA256(seed, "<voucherId>:<userId>")."""
+    return "0" + hmac.new(seed, f"{voucher_id}:{user_id}".encode("ascii"), hashlib.sha256).hexdigest()[:16]
+
+
+def late_ticket(sequence: int) -> str:
+    """The ``sequence``-th entry (1, 2, ...) after the draw closed: ``"1"`` + 16 hex."""
+    return f"1{sequence:016x}"
+
+
+def admitted(ticket: str, cursor: str | None) -> bool:
+    """An entrant is admitted while its ticket is below the cursor; nobody before the first move."""
+    return cursor is not None and ticket < cursor
+
+
+def next_cursor(waiting: Sequence[str], late_count: int, admit: int) -> str:
+    """The cursor after a move that admits ``admit`` more of ``waiting`` (the tickets not
+    yet admitted, ascending): the smallest ticket still not admitted, or, when all are,
+    the ticket the next late entrant will get."""
+    if admit < len(waiting):
+        return waiting[admit]
+    return late_ticket(late_count + 1)
+
+
+def move_size(waiting: int, admit_factor: int, units_on_sale: int) -> int:
+    """How many a move admits: ``min(not yet admitted, admitFactor x units on sale)``."""
+    return max(0, min(waiting, admit_factor * units_on_sale))

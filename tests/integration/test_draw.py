@@ -1,0 +1,560 @@
+"""Draw vouchers through SeckillApiFunction and the draw clock (docs/draw.md): creation,
+entries, the record, every refusal of a press on a draw, the cursor's moves, and a
+Redis loss mid-sale; real Redis, MariaDB and a moto SQS server.
+
+A draw's timeline is minutes long; ``shift`` moves one voucher's whole timeline
+earlier (MySQL and Redis alike) instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from seckill import passes
+from seckill.draw import moves
+from seckill.draw.moves import ClockMessage, ClockQueue, Tick
+from seckill.draw.tickets import early_ticket, late_ticket
+from seckill.holds import expire
+from seckill.infra import keys
+from seckill.infra.db import Database
+from seckill.infra.lua_scripts import Scripts
+from seckill.passes import KeyRing
+from tests.helpers import (
+    Handler,
+    admin_event,
+    as_user,
+    body,
+    db_rows,
+    drain,
+    expect_refusal,
+    iso,
+    list_event,
+    load_event,
+    new_user,
+    persist,
+    recover,
+    seckill_event,
+    seckill_voucher_body,
+    with_path,
+)
+
+Call = Callable[[dict[str, Any]], dict[str, Any]]
+SHOP = 4242
+# A body's draw fields left out: a race.
+RACE = {"admission": None, "admitFactor": None, "drawCloseSeconds": None, "waveSeconds": None}
+
+
+def token_of(user_id: int) -> str:
+    return f"token-of-user-{user_id}"
+
+
+def authorized(event: dict[str, Any], user_id: int | None, token: str | None = None) -> dict[str, Any]:
+    as_user(event, user_id)
+    event["headers"]["authorization"] = f"Bearer {token or token_of(user_id or 0)}"
+    return event
+
+
+def enter_event(voucher_id: int, user_id: int | None, method: str = "POST", token: str | None = None) -> dict[str, Any]:
+    name = "seckill_api_enter_draw.json" if method == "POST" else "seckill_api_get_entry.json"
+    event = with_path(load_event(name), f"/voucher-order/seckill/{voucher_id}/entry", voucherId=str(voucher_id))
+    return authorized(event, user_id, token)
+
+
+def draw_event(voucher_id: int | str) -> dict[str, Any]:
+    event = load_event("seckill_api_get_draw.json")
+    return with_path(event, f"/voucher/seckill/{voucher_id}/draw", voucherId=str(voucher_id))
+
+
+def press_event(voucher_id: int, user_id: int | None, shown: str | None, token: str | None = None) -> dict[str, Any]:
+    event = authorized(seckill_event(voucher_id, user_id), user_id, token)
+    if shown is not None:
+        event["headers"][passes.PASS_HEADER] = shown
+    return event
+
+
+def draw_body(**changes: Any) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "beginTime": iso(now + timedelta(seconds=30)),
+        "endTime": iso(now + timedelta(hours=1)),
+        "admission": "draw",
+        "drawCloseSeconds": 20,
+        "waveSeconds": 5,
+        "admitFactor": 2,
+    }
+    values.update(changes)
+    return seckill_voucher_body(SHOP, **values)
+
+
+def shift(db: Database, redis: Any, voucher_id: int, seconds: float) -> None:
+    """Move the voucher's whole timeline (window, close, clock, moves) ``seconds`` earlier."""
+    ms = int(seconds * 1000)
+
+    def update(cursor: Any) -> None:
+        cursor.execute(
+            "UPDATE tb_seckill_voucher SET begin_time = begin_time - INTERVAL %s MICROSECOND,"
+            " end_time = end_time - INTERVAL %s MICROSECOND WHERE voucher_id = %s",
+            (ms * 1000, ms * 1000, voucher_id),
+        )
+        cursor.execute(
+            "UPDATE tb_draw SET close_time = close_time - INTERVAL %s MICROSECOND, clock_at = clock_at - %s"
+            " WHERE voucher_id = %s",
+            (ms * 1000, ms, voucher_id),
+        )
+        cursor.execute("UPDATE tb_draw_move SET at_ms = at_ms - %s WHERE voucher_id = %s", (ms, voucher_id))
+
+    db.run(update)
+    window = redis.hgetall(keys.window(voucher_id))
+    redis.hset(keys.window(voucher_id), mapping={f: int(window[f]) - ms for f in ("begin", "end", "close")})
+    moved = redis.zrange(keys.cursor(voucher_id), 0, -1, withscores=True)
+    redis.delete(keys.cursor(voucher_id))
+    for cursor_, at in moved:
+        redis.zadd(keys.cursor(voucher_id), {cursor_: int(at) - ms})
+
+
+def draw_row(db: Database, voucher_id: int) -> dict[str, Any]:
+    [row] = db_rows(db, "SELECT * FROM tb_draw WHERE voucher_id = %s", voucher_id)
+    return row
+
+
+@pytest.fixture
+def clock(sqs: Any, queues: dict[str, str]) -> ClockQueue:
+    return ClockQueue(sqs, queues["DrawClockQueue"])
+
+
+@pytest.fixture
+def draws(call: Call, redis: Any, sqs: Any, session_queues: dict[str, str]) -> Iterator[Callable[..., int]]:
+    """Draw vouchers created through the API; their Redis keys removed afterwards."""
+    made: list[int] = []
+
+    def make(**changes: Any) -> int:
+        response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body(**changes)))
+        assert response["statusCode"] == 201, response
+        made.append(int(body(response)["data"]))
+        return made[-1]
+
+    yield make
+    drain(sqs, session_queues["DrawClockQueue"])
+    for voucher_id in made:
+        redis.delete(*keys.gate_keys(voucher_id), keys.returned(voucher_id), keys.edge(voucher_id))
+
+
+def enter(call: Call, voucher_id: int, user_id: int) -> dict[str, Any]:
+    response = call(enter_event(voucher_id, user_id))
+    assert response["statusCode"] == 200, response
+    entry: dict[str, Any] = body(response)["data"]
+    return entry
+
+
+def decide(db: Database, redis: Any, clock: ClockQueue, voucher_id: int) -> moves.Decided:
+    """The clock's message for the draw's next time, as DrawClockFunction handles it."""
+    return moves.tick(db, redis, clock, ClockMessage(voucher_id, int(draw_row(db, voucher_id)["clock_at"])))
+
+
+def cursor_in_redis(redis: Any, voucher_id: int) -> list[tuple[str, int]]:
+    return [(c, int(at)) for c, at in redis.zrange(keys.cursor(voucher_id), 0, -1, withscores=True)]
+
+
+# --- creation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"admission": "lottery"}, "admission"),
+        ({"admitFactor": 0}, "admitFactor"),
+        ({"admitFactor": 101}, "admitFactor"),
+        ({"admitFactor": "2"}, "admitFactor"),
+        ({"drawCloseSeconds": 4}, "drawCloseSeconds"),
+        ({"drawCloseSeconds": 3601}, "drawCloseSeconds"),
+        ({"waveSeconds": 4}, "waveSeconds"),
+        ({"waveSeconds": 3601}, "waveSeconds"),
+        ({**RACE, "admission": "race", "admitFactor": 2}, "admitFactor"),
+        ({**RACE, "waveSeconds": 10}, "waveSeconds"),
+        ({**RACE, "admission": "race", "drawCloseSeconds": 60}, "drawCloseSeconds"),
+        # The window must open more than drawCloseSeconds from now.
+        ({"beginTime": iso(datetime.now(UTC) + timedelta(seconds=50)), "drawCloseSeconds": 60}, "beginTime"),
+    ],
+)
+def test_a_draw_out_of_range_or_a_race_with_draw_fields_is_a_400_naming_the_field(
+    call: Call, db: Database, changes: dict[str, Any], field: str
+) -> None:
+    before = db_rows(db, "SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = %s", SHOP)[0]["n"]
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body(**changes)))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith(f"{field}:"), response
+    assert db_rows(db, "SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = %s", SHOP)[0]["n"] == before
+
+
+def test_a_draw_gets_its_defaults_a_secret_seed_its_commitment_and_its_first_clock_message(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], sqs: Any, session_queues: dict[str, str]
+) -> None:
+    drain(sqs, session_queues["DrawClockQueue"])
+    begin = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+    voucher_id = draws(beginTime=iso(begin), admitFactor=None, drawCloseSeconds=None, waveSeconds=None)
+    row = draw_row(db, voucher_id)
+    assert (row["admit_factor"], row["close_seconds"], row["wave_seconds"]) == (2, 60, 10)
+    assert len(bytes(row["seed"])) == 32
+    assert row["commitment"] == hashlib.sha256(bytes(row["seed"])).hexdigest()
+    close_ms = int((begin - timedelta(seconds=60)).timestamp() * 1000)
+    assert int(row["clock_at"]) == close_ms
+    window = redis.hgetall(keys.window(voucher_id))
+    assert (window["draw"], int(window["close"])) == ("1", close_ms)
+    # The clock's first message, due at the close (delayed: nothing to read yet).
+    assert drain(sqs, session_queues["DrawClockQueue"]) == []
+    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    assert listed[voucher_id]["admission"] == "draw"
+    assert datetime.fromisoformat(listed[voucher_id]["closesAt"]) == begin - timedelta(seconds=60)
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert record["commitment"] == row["commitment"]
+    assert (record["seed"], record["cursor"], record["cursorHistory"], record["entrants"]) == (None, None, [], 0)
+
+
+def test_a_race_is_listed_as_one_and_has_no_draw(call: Call, make_voucher: Callable[..., int]) -> None:
+    voucher_id = make_voucher(shop_id=SHOP)
+    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    assert (listed[voucher_id]["admission"], listed[voucher_id]["closesAt"]) == ("race", None)
+    expect_refusal(call(draw_event(voucher_id)), 404, "VOUCHER_NOT_FOUND")
+    expect_refusal(call(enter_event(voucher_id, new_user())), 409, "NOT_A_DRAW")
+    expect_refusal(call(enter_event(voucher_id, new_user(), "GET")), 404, "ENTRY_NOT_FOUND")
+
+
+# --- entries -----------------------------------------------------------------------------------
+
+
+def test_an_entry_before_the_close_gets_the_seeds_ticket_and_the_same_again(
+    call: Call, db: Database, draws: Callable[..., int]
+) -> None:
+    voucher_id, user = draws(), new_user()
+    first = enter(call, voucher_id, user)
+    seed = bytes(draw_row(db, voucher_id)["seed"])
+    assert (first["ticket"], first["late"]) == (early_ticket(seed, voucher_id, user), False)
+    again = enter(call, voucher_id, user)
+    assert (again["ticket"], again["late"]) == (first["ticket"], False)
+    ring = KeyRing.from_json(passes.load_ring().to_json())  # type: ignore[union-attr]
+    end = int(db_rows(db, "SELECT UNIX_TIMESTAMP(end_time) AS e FROM tb_seckill_voucher WHERE voucher_id = %s",
+                      voucher_id)[0]["e"])  # fmt: skip
+    assert passes.verify(ring, first["pass"], voucher_id, user, token_of(user), end - 1) == first["ticket"]
+    assert passes.verify(ring, first["pass"], voucher_id, user, token_of(user), end) is None  # not past the end
+    [stored] = db_rows(db, "SELECT ticket, late FROM tb_draw_entry WHERE voucher_id = %s", voucher_id)
+    assert (stored["ticket"], stored["late"]) == (first["ticket"], 0)
+    status = body(call(enter_event(voucher_id, user, "GET")))["data"]
+    assert status == {"ticket": first["ticket"], "late": False, "admitted": False, "ahead": 0, "chance": "waiting"}
+
+
+def test_entries_after_the_close_queue_behind_in_order_of_entry(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int]
+) -> None:
+    voucher_id = draws()
+    early = enter(call, voucher_id, new_user())
+    shift(db, redis, voucher_id, 21)  # the draw closed a second ago
+    late_users = [new_user() for _ in range(3)]
+    tickets = [enter(call, voucher_id, u) for u in late_users]
+    assert [(t["ticket"], t["late"]) for t in tickets] == [(late_ticket(n), True) for n in (1, 2, 3)]
+    assert enter(call, voucher_id, late_users[1])["ticket"] == late_ticket(2)  # the same again
+    assert early["ticket"] < tickets[0]["ticket"]
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert (record["entrants"], record["lateEntrants"]) == (4, 3)
+
+
+def test_no_entry_once_the_sale_is_stopped_and_the_seed_is_then_revealed(
+    call: Call, db: Database, draws: Callable[..., int]
+) -> None:
+    voucher_id, user = draws(), new_user()
+    ticket = enter(call, voucher_id, user)["ticket"]
+    stop = with_path(load_event("seckill_api_stop_voucher.json"), f"/voucher/seckill/{voucher_id}/stop",
+                     voucherId=str(voucher_id))  # fmt: skip
+    assert call(stop)["statusCode"] == 200
+    expect_refusal(call(enter_event(voucher_id, new_user())), 409, "ENDED")
+    record = body(call(draw_event(voucher_id)))["data"]
+    seed = bytes.fromhex(record["seed"])
+    assert hashlib.sha256(seed).hexdigest() == record["commitment"]
+    assert early_ticket(seed, voucher_id, user) == ticket
+    assert body(call(enter_event(voucher_id, user, "GET")))["data"]["chance"] == "over"
+
+
+def test_unknown_vouchers_and_bad_ids(call: Call) -> None:
+    expect_refusal(call(enter_event(2**62, new_user())), 404, "VOUCHER_NOT_FOUND")
+    expect_refusal(call(draw_event(2**62)), 404, "VOUCHER_NOT_FOUND")
+    expect_refusal(call(draw_event("abc")), 400, "BAD_REQUEST")
+    expect_refusal(call(enter_event(1, None)), 401, "UNAUTHORIZED")
+
+
+# --- a press on a draw: every refusal of the function -------------------------------------------
+
+
+@pytest.fixture
+def sale(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, order_queue: str
+) -> dict[str, Any]:
+    """A draw of 1 unit, admitFactor 2, three entrants; closed, first move made (2 admitted), open."""
+    voucher_id = draws(stock=1)
+    users = [new_user() for _ in range(3)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    shift(db, redis, voucher_id, 31)  # opened a second ago
+    assert decide(db, redis, clock, voucher_id).tick is Tick.MOVED
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    return {"voucher": voucher_id, "entries": entries, "admitted": ranked[:2], "waiting": ranked[2]}
+
+
+def test_a_draw_press_without_a_valid_pass_is_no_pass(call: Call, sale: dict[str, Any], monkeypatch: Any) -> None:
+    v, entries = sale["voucher"], sale["entries"]
+    user, other = sale["admitted"]
+    own = entries[user]["pass"]
+    expect_refusal(call(press_event(v, None, own)), 401, "UNAUTHORIZED")
+    for shown, token in [
+        (None, None),  # no pass
+        ("not-a-pass", None),
+        (own[:-2] + ("AA" if not own.endswith("AA") else "BB"), None),  # a bad signature
+        (entries[other]["pass"], None),  # another user's pass
+        (own, "another-token-of-the-user"),  # the pass shown with another token
+        ("k9" + own[own.index(".") :], None),  # a key id the ring does not have
+    ]:
+        response = call(press_event(v, user, shown, token))
+        expect_refusal(response, 403, "NO_PASS")
+        assert response["body"] == (
+            '{"success": false, "data": null, "errorMsg": "no valid pass for this voucher", "code": "NO_PASS"}'
+        )
+    # The ring rotated: the old key retired, the pass signed with it is worth nothing.
+    monkeypatch.setenv("SECKILL_PASS_KEYS", passes.new_ring("t2").to_json())
+    expect_refusal(call(press_event(v, user, own)), 403, "NO_PASS")
+
+
+def test_another_vouchers_pass_and_an_expired_pass_are_no_pass(
+    call: Call, sale: dict[str, Any], draws: Callable[..., int]
+) -> None:
+    v, user = sale["voucher"], sale["admitted"][0]
+    other = draws()
+    elsewhere = enter(call, other, user)["pass"]
+    expect_refusal(call(press_event(v, user, elsewhere)), 403, "NO_PASS")
+    ring = passes.load_ring()
+    assert ring is not None
+    expired = passes.sign(ring, v, user, token_of(user), sale["entries"][user]["ticket"], 1_000_000_000)
+    expect_refusal(call(press_event(v, user, expired)), 403, "NO_PASS")
+
+
+def test_a_rotated_ring_verifies_the_old_passes_and_signs_new_ones_with_the_new_key(
+    call: Call, sale: dict[str, Any], monkeypatch: Any, orders_made: list[int]
+) -> None:
+    v, user = sale["voucher"], sale["admitted"][0]
+    old = passes.load_ring()
+    assert old is not None
+    rotated = KeyRing("t9", {**old.keys, "t9": bytes(range(32))})
+    monkeypatch.setenv("SECKILL_PASS_KEYS", rotated.to_json())
+    fresh = enter(call, v, user)
+    assert fresh["pass"].startswith("t9.")
+    assert fresh["ticket"] == sale["entries"][user]["ticket"]
+    accepted = call(press_event(v, user, sale["entries"][user]["pass"]))  # signed with the old key
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+
+
+def test_not_admitted_before_the_opening_and_after_a_sell_out_admitted_then_sold_out(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, orders_made: list[int],
+    order_queue: str,
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=1, admitFactor=2)
+    users = [new_user() for _ in range(4)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    shift(db, redis, voucher_id, 21)  # closed a second ago, opens in 9 s
+
+    def press(user: int) -> dict[str, Any]:
+        response = call(press_event(voucher_id, user, entries[user]["pass"]))
+        if response["statusCode"] == 202:
+            orders_made.append(int(body(response)["data"]))
+        return response
+
+    expect_refusal(press(ranked[0]), 409, "NOT_STARTED")  # no move yet: the draw's check waits
+    decided = decide(db, redis, clock, voucher_id)
+    assert (decided.tick, decided.admitted, decided.cursor) == (Tick.MOVED, 2, entries[ranked[2]]["ticket"])
+    response = press(ranked[2])
+    expect_refusal(response, 409, "NOT_ADMITTED")
+    assert (
+        response["body"] == '{"success": false, "data": null, "errorMsg": "not admitted yet", "code": "NOT_ADMITTED"}'
+    )
+    expect_refusal(press(ranked[0]), 409, "NOT_STARTED")  # admitted, before the opening
+    shift(db, redis, voucher_id, 10)
+    assert press(ranked[1])["statusCode"] == 202
+    expect_refusal(press(ranked[0]), 409, "SOLD_OUT")  # admitted, too late
+    expect_refusal(press(ranked[3]), 409, "NOT_ADMITTED")  # not admitted, after the sell-out
+    status = body(call(enter_event(voucher_id, ranked[3], "GET")))["data"]
+    assert (status["admitted"], status["ahead"], status["chance"]) == (False, 1, "waiting")
+
+
+# --- the clock ---------------------------------------------------------------------------------
+
+
+def test_the_first_move_admits_admit_factor_times_the_stock_and_is_one_move_however_often_told(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    queues: dict[str, str],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=3, admitFactor=2)
+    users = [new_user() for _ in range(10)]
+    tickets = sorted(enter(call, voucher_id, u)["ticket"] for u in users)
+    shift(db, redis, voucher_id, 21)
+    close_at = int(draw_row(db, voucher_id)["clock_at"])
+    early = moves.tick(db, redis, clock, ClockMessage(voucher_id, close_at + 1))
+    assert early.tick is Tick.STALE  # not the draw's next time
+    decided = moves.tick(db, redis, clock, ClockMessage(voucher_id, close_at))
+    assert (decided.tick, decided.admitted, decided.cursor) == (Tick.MOVED, 6, tickets[6])
+    again = moves.tick(db, redis, clock, ClockMessage(voucher_id, close_at))
+    assert again.tick is Tick.STALE
+    assert db_rows(db, "SELECT at_ms, cursor_after, admitted FROM tb_draw_move WHERE voucher_id = %s", voucher_id) == [
+        {"at_ms": close_at, "cursor_after": tickets[6], "admitted": 6}
+    ]
+    assert cursor_in_redis(redis, voucher_id) == [(tickets[6], close_at)]
+    # The next message is the first wave's, due 5 s before it takes effect.
+    first_wave = int(draw_row(db, voucher_id)["clock_at"])
+    begin = int(redis.hget(keys.window(voucher_id), "begin"))
+    assert first_wave == begin + 5000
+    [sent] = drain(sqs, queues["DrawClockQueue"]) or [None]  # delayed: perhaps not visible yet
+    assert sent is None or json.loads(sent["Body"]) == {"voucherId": voucher_id, "at": first_wave}
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert record["cursor"] == tickets[6]
+    assert [m["cursor"] for m in record["cursorHistory"]] == [tickets[6]]
+
+
+def test_a_message_that_comes_early_is_sent_again_and_decides_nothing(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    queues: dict[str, str],
+) -> None:  # fmt: skip
+    voucher_id = draws()
+    assert decide(db, redis, clock, voucher_id).tick is Tick.EARLY
+    assert db_rows(db, "SELECT * FROM tb_draw_move WHERE voucher_id = %s", voucher_id) == []
+    sqs.purge_queue(QueueUrl=queues["DrawClockQueue"])
+
+
+def test_a_wave_admits_exactly_admit_factor_times_the_units_on_sale_even_after_an_expiry(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, scripts: Scripts,
+    handlers: dict[str, Handler], context: Any, sqs: Any, order_queue: str, orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=2, admitFactor=2, waveSeconds=5)
+    users = [new_user() for _ in range(12)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    tickets = sorted(e["ticket"] for e in entries.values())
+    shift(db, redis, voucher_id, 21)
+    assert decide(db, redis, clock, voucher_id).admitted == 4
+    shift(db, redis, voucher_id, 9)  # opened a second ago
+    by_ticket = {e["ticket"]: u for u, e in entries.items()}
+    buyer = by_ticket[tickets[0]]
+    accepted = call(press_event(voucher_id, buyer, entries[buyer]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    persist(handlers, context, sqs, order_queue)
+    # Wave 1 (at begin + 5 s) is decided now, 5 s before: one unit on sale, so 2 more.
+    shift(db, redis, voucher_id, 0.5)
+    wave = decide(db, redis, clock, voucher_id)
+    assert (wave.tick, wave.admitted, wave.cursor) == (Tick.MOVED, 2, tickets[6])
+    # The buyer's hold expires: its unit goes back on sale, and the next wave counts it.
+    db.run(lambda c: c.execute("UPDATE tb_voucher_order SET pay_by = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND"
+                               " WHERE voucher_id = %s", (voucher_id,)))  # fmt: skip
+    expire(db, redis, scripts, orders_made[-1])
+    assert redis.get(keys.stock(voucher_id)) == "2"
+    shift(db, redis, voucher_id, 5)
+    wave = decide(db, redis, clock, voucher_id)
+    assert (wave.tick, wave.admitted, wave.cursor) == (Tick.MOVED, 4, tickets[10])
+    history = db_rows(db, "SELECT admitted, units FROM tb_draw_move WHERE voucher_id = %s ORDER BY at_ms", voucher_id)
+    assert [(m["admitted"], m["units"]) for m in history] == [(4, 2), (2, 1), (4, 2)]
+    assert [c for c, _ in cursor_in_redis(redis, voucher_id)] == [tickets[4], tickets[6], tickets[10]]
+
+
+def test_a_wave_with_no_unit_on_sale_moves_nothing_and_the_clock_goes_on(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue
+) -> None:
+    voucher_id = draws(stock=1)
+    for _ in range(5):
+        enter(call, voucher_id, new_user())
+    shift(db, redis, voucher_id, 21)
+    decide(db, redis, clock, voucher_id)
+    redis.set(keys.stock(voucher_id), 0)
+    shift(db, redis, voucher_id, 9 + 0.5)
+    at = int(draw_row(db, voucher_id)["clock_at"])
+    assert decide(db, redis, clock, voucher_id).tick is Tick.STILL
+    assert int(draw_row(db, voucher_id)["clock_at"]) == at + 5000  # the next wave
+    assert len(cursor_in_redis(redis, voucher_id)) == 1
+
+
+def test_the_clock_function_handles_its_sample_shaped_messages(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], handlers: dict[str, Handler], context: Any
+) -> None:
+    voucher_id = draws()
+    shift(db, redis, voucher_id, 21)
+    event = load_event("draw_clock.json")
+    event["Records"][0]["body"] = ClockMessage(voucher_id, int(draw_row(db, voucher_id)["clock_at"])).to_json()
+    malformed = json.loads(json.dumps(event["Records"][0]))
+    malformed.update(messageId="bad", body='{"voucherId": "x"}')
+    event["Records"].append(malformed)
+    answer = handlers["DrawClockFunction"](event, context)
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "bad"}]}
+    assert len(cursor_in_redis(redis, voucher_id)) == 1
+
+
+def test_a_stalled_clock_is_restarted(
+    db: Database, redis: Any, call: Call, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    queues: dict[str, str],
+) -> None:  # fmt: skip
+    voucher_id = draws()
+    shift(db, redis, voucher_id, 21 + 61)
+    assert voucher_id in moves.restart_stalled(db, clock)
+    sent = [json.loads(m["Body"]) for m in drain(sqs, queues["DrawClockQueue"])]
+    assert {"voucherId": voucher_id, "at": int(draw_row(db, voucher_id)["clock_at"])} in sent
+
+
+# --- a Redis loss mid-sale ---------------------------------------------------------------------
+
+
+def test_entries_moves_and_the_seed_survive_a_redis_loss_mid_sale(
+    call: Call, db: Database, redis: Any, sale: dict[str, Any], sqs: Any, queues: dict[str, str],
+    orders_made: list[int],
+) -> None:  # fmt: skip
+    v, entries = sale["voucher"], sale["entries"]
+    before = cursor_in_redis(redis, v)
+    record = body(call(draw_event(v)))["data"]
+    redis.delete(*keys.gate_keys(v), keys.loaded())
+    expect_refusal(call(press_event(v, sale["waiting"], entries[sale["waiting"]]["pass"])), 503, "TRY_AGAIN")
+    recovered = recover(db, redis, sqs, queues)
+    assert v in {r.voucher_id for r in recovered.rebuilt}
+    assert cursor_in_redis(redis, v) == before
+    assert redis.hget(keys.window(v), "draw") == "1"
+    expect_refusal(call(press_event(v, sale["waiting"], entries[sale["waiting"]]["pass"])), 409, "NOT_ADMITTED")
+    expect_refusal(call(press_event(v, sale["waiting"], None)), 403, "NO_PASS")
+    user = sale["admitted"][0]
+    accepted = call(press_event(v, user, entries[user]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    assert body(call(draw_event(v)))["data"] == record
+    assert enter(call, v, user)["ticket"] == entries[user]["ticket"]
+
+
+@pytest.mark.parametrize(
+    ("ticket", "code"),
+    [
+        ("000000001fffffffe", "OK"),  # the last admitted, differing in the low 8 hex only
+        ("000000001ffffffff", "NOT_ADMITTED"),  # the cursor itself
+        (
+            "00000000200000000",
+            "NOT_ADMITTED",
+        ),  # above it in the high 9 hex, lower in the rest (and below the future move)
+        ("0000000010fffffff", "OK"),
+        ("10000000000000001", "NOT_ADMITTED"),  # a late entry
+        ("", "NO_PASS"),
+    ],
+)
+def test_the_gate_compares_tickets_byte_by_byte(
+    redis: Any, gate: Any, make_voucher: Callable[..., int], ticket: str, code: str
+) -> None:
+    voucher_id = make_voucher()
+    redis.hset(keys.window(voucher_id), mapping={"draw": 1, "close": 1})
+    # An old move, the move in effect, and one decided ahead that does not apply yet.
+    moves_ = {"000000000000000ff": 0, "000000001ffffffff": 1, "0ffffffffffffffff": 2**52}
+    redis.zadd(keys.cursor(voucher_id), moves_)
+    answer = gate.reserve(voucher_id, new_user(), ticket=ticket)
+    assert getattr(answer, "code", "OK") == code
+    redis.delete(keys.cursor(voucher_id))

@@ -1,0 +1,122 @@
+"""The draw's arithmetic and its passes (seckill.draw.tickets, seckill.passes): what anyone
+can recompute once the seed is out, and what a pass binds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import pytest
+
+from seckill import passes
+from seckill.draw.tickets import admitted, commitment, early_ticket, late_ticket, move_size, next_cursor
+from seckill.passes import BadKeyRing, KeyRing
+
+SEED = bytes(range(32))
+NOW = 1_800_000_000
+
+
+def test_a_ticket_anyone_can_recompute() -> None:
+    """Known answer: printf '7:1010' | openssl dgst -sha256 -mac HMAC -macopt hexkey:000102...1f
+    gives 2826302b6e246995..., so user 1010's ticket for voucher 7 is "0" and its first 16 hex."""
+    assert early_ticket(SEED, 7, 1010) == "02826302b6e246995"
+    assert commitment(SEED) == hashlib.sha256(SEED).hexdigest()
+    assert commitment(SEED) == "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd"
+
+
+def test_late_tickets_follow_every_early_one_in_entry_order() -> None:
+    rng = random.Random(7)
+    early = [early_ticket(rng.randbytes(32), 7, user) for user in range(1, 200)]
+    late = [late_ticket(n) for n in range(1, 50)]
+    assert late[0] == "10000000000000001"
+    assert late_ticket(255) == "100000000000000ff"
+    assert max(early) < min(late)
+    assert late == sorted(late)
+    assert all(len(t) == 17 for t in early + late)
+
+
+def test_a_cursor_admits_the_tickets_below_it_and_nobody_before_the_first_move() -> None:
+    assert not admitted("0aaaaaaaaaaaaaaaa", None)
+    assert admitted("0aaaaaaaaaaaaaaaa", "0aaaaaaaaaaaaaaab")
+    assert not admitted("0aaaaaaaaaaaaaaab", "0aaaaaaaaaaaaaaab")
+    assert admitted("0ffffffffffffffff", late_ticket(1))
+    assert not admitted(late_ticket(1), late_ticket(1))
+
+
+def test_a_move_admits_exactly_its_size_and_the_cursor_is_the_next_waiting_ticket() -> None:
+    waiting = sorted(f"0{random.Random(n).getrandbits(64):016x}" for n in range(10))
+    assert move_size(10, 2, 3) == 6
+    assert move_size(4, 2, 3) == 4
+    assert move_size(10, 2, 0) == 0
+    cursor = next_cursor(waiting, late_count=0, admit=6)
+    assert cursor == waiting[6]
+    assert sum(admitted(t, cursor) for t in waiting) == 6
+    # Everyone admitted: the cursor is the ticket the next late entrant will get.
+    assert next_cursor(waiting, late_count=3, admit=10) == late_ticket(4)
+    assert next_cursor([], late_count=0, admit=0) == late_ticket(1)
+
+
+RING = KeyRing("k2", {"k1": bytes(32), "k2": bytes(range(32))})
+
+
+def test_a_pass_verifies_for_its_voucher_user_and_token_only() -> None:
+    issued = passes.sign(RING, 7, 1010, "token-of-1010", "02826302b6e246995", NOW + 60)
+    assert issued.startswith(f"k2.7.1010.{passes.token_hash('token-of-1010')}.02826302b6e246995.{NOW + 60}.")
+    assert passes.verify(RING, issued, 7, 1010, "token-of-1010", NOW) == "02826302b6e246995"
+    assert passes.verify(RING, issued, 8, 1010, "token-of-1010", NOW) is None  # another voucher
+    assert passes.verify(RING, issued, 7, 1011, "token-of-1010", NOW) is None  # another user
+    assert passes.verify(RING, issued, 7, 1010, "another-token", NOW) is None  # another token
+    assert passes.verify(RING, issued, 7, 1010, None, NOW) is None
+    assert passes.verify(RING, issued, 7, 1010, "token-of-1010", NOW + 60) is None  # expired
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda p: p.replace(".02826302b6e246995.", ".00000000000000000."),  # a better ticket
+        lambda p: p.replace(f".{NOW + 60}.", f".{NOW + 6000}."),  # a longer life
+        lambda p: p[:-1] + ("A" if p[-1] != "A" else "B"),  # another signature
+        lambda p: "k1" + p[2:],  # signed with k2, named k1
+        lambda p: "k9" + p[2:],  # a key id the ring does not have
+        lambda p: p + "=",
+        lambda p: "",
+    ],
+)
+def test_a_tampered_pass_is_no_pass(tamper: object) -> None:
+    issued = passes.sign(RING, 7, 1010, "token-of-1010", "02826302b6e246995", NOW + 60)
+    assert callable(tamper)
+    assert passes.verify(RING, tamper(issued), 7, 1010, "token-of-1010", NOW) is None
+
+
+def test_a_retired_key_verifies_nothing_and_a_rotated_ring_still_verifies_the_old_passes() -> None:
+    old = passes.sign(RING, 7, 1010, "t", "02826302b6e246995", NOW + 60)  # k2
+    rotated = KeyRing("k3", {**RING.keys, "k3": bytes([3]) * 32})
+    assert passes.verify(rotated, old, 7, 1010, "t", NOW) == "02826302b6e246995"
+    assert passes.sign(rotated, 7, 1010, "t", "02826302b6e246995", NOW + 60).startswith("k3.")
+    retired = KeyRing("k3", {"k3": rotated.keys["k3"]})
+    assert passes.verify(retired, old, 7, 1010, "t", NOW) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",
+        json.dumps({"active": "k1", "keys": {}}),
+        json.dumps({"active": "k1", "keys": {"k1": "00" * 31}}),
+        json.dumps({"active": "k1", "keys": {"K1": "00" * 32}}),
+        json.dumps({"active": "k1", "keys": {"k1": "GG" * 32}}),
+    ],
+)
+def test_a_malformed_ring_is_refused(text: str) -> None:
+    with pytest.raises(BadKeyRing):
+        KeyRing.from_json(text)
+
+
+def test_a_ring_reads_back_what_it_wrote_and_the_local_one_comes_from_the_environment() -> None:
+    ring = passes.new_ring("k7")
+    assert KeyRing.from_json(ring.to_json()) == ring
+    assert len(ring.keys["k7"]) == 32
+    assert passes.load_ring({"SECKILL_PASS_KEYS": ring.to_json()}) == ring
+    assert passes.load_ring({}) is None
