@@ -150,6 +150,9 @@ def accepted(order_id: int) -> Response[str]:
     "/voucher-order/seckill/<voucherId>",
     operation_id="placeSeckillOrder",
     summary="Press the seckill button: the order id, or why not",
+    description="On a draw voucher the press also shows the entrant's pass in the header `x-seckill-pass` "
+    "(from the entry route): no valid pass is 403 `NO_PASS`, a ticket not below the cursor in effect 409 "
+    "`NOT_ADMITTED`.",
     **openapi.user_route(
         {
             202: openapi.answer(
