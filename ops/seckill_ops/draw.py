@@ -15,7 +15,6 @@ that it is either the user's derived ticket or a late one the record accounts fo
 from __future__ import annotations
 
 import argparse
-import hashlib
 import hmac
 import itertools
 import json
@@ -27,9 +26,10 @@ from typing import Any
 
 import urllib3
 
+from seckill.draw.tickets import TICKET, admitted, commitment, early_ticket, late_ticket
+
 LOCAL_ENDPOINT = "http://127.0.0.1:3000"  # seckill-local start-api's default port
 RECORD_PATH = "/voucher/seckill/{voucher_id}/draw"
-TICKET = re.compile(r"[01][0-9a-f]{16}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
 # Exit codes (documented in --help and docs/operations.md).
@@ -40,15 +40,10 @@ NOT_REVEALED = 3  # the seed is still secret: the sale is not over
 UNREACHABLE = 4  # no draw record: the endpoint did not answer, or not with a draw record
 
 
-def derive_ticket(seed: bytes, voucher_id: int, user_id: int) -> str:
-    """The ticket of an entry made before the draw closed."""
-    digest = hmac.new(seed, f"{voucher_id}:{user_id}".encode(), hashlib.sha256).hexdigest()
-    return "0" + digest[:16]
-
-
 def late_number(ticket: str) -> int | None:
     """A late ticket's place in the late queue (1, 2, ...); None for a drawn ticket."""
-    return int(ticket[1:], 16) if ticket.startswith("1") else None
+    number = int(ticket[1:], 16)
+    return number if ticket == late_ticket(number) else None
 
 
 @dataclass(frozen=True)
@@ -87,13 +82,13 @@ class Audit:
 def audit(record: Mapping[str, Any], voucher_id: int, user_id: int, ticket: str | None = None) -> Audit:
     """Check the draw record (the route's ``data``) for one user; ``ticket`` is the one the
     entry route gave them, if known (a late entrant's must be given)."""
-    commitment, seed = record.get("commitment"), record.get("seed")
+    committed, seed = record.get("commitment"), record.get("seed")
     history = record.get("cursorHistory") or []
     result = Audit(voucher_id, user_id, ticket, revealed=seed is not None)
     moves = [(m.get("at"), m.get("cursor")) for m in history if isinstance(m, Mapping)]
     well_formed = (
-        isinstance(commitment, str)
-        and HEX64.fullmatch(commitment) is not None
+        isinstance(committed, str)
+        and HEX64.fullmatch(committed) is not None
         and (seed is None or (isinstance(seed, str) and HEX64.fullmatch(seed) is not None))
         and len(moves) == len(history)
         and all(isinstance(c, str) and TICKET.fullmatch(c) for _, c in moves)
@@ -104,7 +99,7 @@ def audit(record: Mapping[str, Any], voucher_id: int, user_id: int, ticket: str 
             well_formed,
             "commitment and seed are 64 hex, every move's cursor 17 hex"
             if well_formed
-            else f"commitment {commitment!r}, seed {seed!r}, {len(history)} moves",
+            else f"commitment {committed!r}, seed {seed!r}, {len(history)} moves",
         )
     )
     if not well_formed:
@@ -121,30 +116,30 @@ def audit(record: Mapping[str, Any], voucher_id: int, user_id: int, ticket: str 
     derived = None
     if seed is not None:
         seed_bytes = bytes.fromhex(seed)
-        digest = hashlib.sha256(seed_bytes).hexdigest()
+        digest = commitment(seed_bytes)
         result.checks.append(
             Check(
                 "the seed matches the commitment",
-                hmac.compare_digest(digest, str(commitment)),
-                f"SHA-256(seed) = {digest}" + ("" if digest == commitment else f", committed {commitment}"),
+                hmac.compare_digest(digest, str(committed)),
+                f"SHA-256(seed) = {digest}" + ("" if digest == committed else f", committed {committed}"),
             )
         )
-        derived = derive_ticket(seed_bytes, voucher_id, user_id)
+        derived = early_ticket(seed_bytes, voucher_id, user_id)
     if ticket is None:
         result.ticket = derived
     else:
         result.checks.append(ticket_check(ticket, derived, int(record.get("lateEntrants") or 0)))
     if result.ticket is not None and TICKET.fullmatch(result.ticket):
-        admitted = next(((at, c) for at, c in moves if result.ticket < str(c)), None)
-        if admitted is not None:
-            result.admitted_at, result.admitted_by = admitted
+        first = next(((at, c) for at, c in moves if admitted(str(result.ticket), str(c))), None)
+        if first is not None:
+            result.admitted_at, result.admitted_by = first
     return result
 
 
 def ticket_check(ticket: str, derived: str | None, late_entrants: int) -> Check:
     """A ticket given by the user: their drawn ticket, or a late one within the late count."""
     name = "the ticket is the user's"
-    if not TICKET.fullmatch(ticket):
+    if not TICKET.fullmatch(ticket) or ticket[0] not in "01":
         return Check(name, False, f"{ticket!r} is not 17 lowercase hex characters starting 0 or 1")
     late = late_number(ticket)
     if late is not None:

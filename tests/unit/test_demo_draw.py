@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from seckill.draw.tickets import early_ticket
 from seckill_demo.draw import DrawRun, Entry, check_draw, draw_figures, split_users
 from seckill_demo.load import Press
 from seckill_demo.report import draw_rows
-from seckill_ops.draw import derive_ticket
 
 SEED = bytes(range(32))
 VOUCHER = 7
@@ -28,7 +28,7 @@ def iso(epoch: float) -> str:
 
 def entries(users: int = 40) -> dict[int, Entry]:
     """Users 1..users entered before the close; users+1 and users+2 after it."""
-    drawn = {u: Entry(derive_ticket(SEED, VOUCHER, u), False, f"pass-{u}") for u in range(1, users + 1)}
+    drawn = {u: Entry(early_ticket(SEED, VOUCHER, u), False, f"pass-{u}") for u in range(1, users + 1)}
     late = {users + n: Entry(f"1{n:016x}", True, f"pass-{users + n}") for n in (1, 2)}
     return drawn | late
 
