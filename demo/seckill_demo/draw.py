@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 # How near a move's `at` the edge forwards a press rather than pick a cursor (the clock skew it allows).
 EDGE_SKEW = 1.0
-ENTRY_RATE = 250  # entries a second the local stand-in takes, to plan the entry phase (measured: see docs/local.md)
+# The entry phase is planned from the pace a sample of the users (2%, within these bounds)
+# enters a calibration draw at, with this much to spare: the machine may slow down.
+CALIBRATION = (50, 400)
+ENTRY_MARGIN = 1.5
 PASSLESS = 0.01  # share of the users who press without ever entering: no pass, refused at the edge
 LOSERS_AUDITED = 200  # losers audited beside every winner
 EDGE_SHARE = 0.97  # the share of the presses the edge must answer, first second included...
@@ -54,13 +57,18 @@ def enter(
     concurrency: int,
     progress: Progress,
     what: str,
+    until: float = float("inf"),
 ) -> dict[int, Entry]:
-    """Every user of ``tokens`` enters the draw (POST .../entry), ``concurrency`` at a time;
-    503 TRY_AGAIN is tried again as the client app does."""
+    """Every user of ``tokens`` enters the draw (POST .../entry), ``concurrency`` at a time,
+    but those whose turn comes after ``until`` (epoch seconds); 503 TRY_AGAIN is tried
+    again as the client app does."""
     route = f"{url}/voucher-order/seckill/{voucher_id}/entry"
     task = progress.add_task(what, total=len(tokens))
 
-    def one(user_id: int) -> tuple[int, Entry]:
+    def one(user_id: int) -> tuple[int, Entry | None]:
+        if time.time() > until:
+            progress.advance(task)
+            return user_id, None
         for _ in range(TRY_AGAIN_RETRIES + 1):
             response = http.request("POST", route, headers={"authorization": tokens[user_id]})
             if response.status == 200:
@@ -73,7 +81,26 @@ def enter(
         raise RuntimeError(f"user {user_id}'s entry was answered 503 {TRY_AGAIN_RETRIES + 1} times")
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return dict(pool.map(one, list(tokens)))
+        return {user: entry for user, entry in pool.map(one, list(tokens)) if entry is not None}
+
+
+def entry_budget(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> float:
+    """How long the entries before the close may take (``--entry-seconds``' default), from the
+    rate this machine takes them at now: a sample of the users enters a calibration draw,
+    which is then stopped."""
+    args = sale.args
+    sample = sorted(tokens)[: max(CALIBRATION[0], min(CALIBRATION[1], len(tokens) // 50))]
+    args.entry_seconds = 3600.0  # the calibration draw is never opened
+    sale.create_voucher("the entries' pace, measured")
+    started = time.monotonic()
+    enter(sale.http, sale.user_url, sale.voucher_id, {u: tokens[u] for u in sample}, args.concurrency, progress,
+          "measuring the entries")  # fmt: skip
+    rate = len(sample) / (time.monotonic() - started)
+    sale.admin.stop(sale.voucher_id)
+    early = len(split_users(sorted(tokens), args.late, args.seed)[0])
+    budget = max(10.0, ENTRY_MARGIN * early / rate)
+    progress.console.print(f"{rate:,.0f} entries a second here now: {budget:,.0f} s for the entries before the close")
+    return budget
 
 
 def split_users(users: list[int], late: float, seed: int) -> tuple[list[int], list[int], list[int]]:
@@ -98,8 +125,9 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
     closes = sale.opens_at - args.draw_close
 
     def entered(users: list[int], what: str) -> dict[int, Entry]:
+        # Nobody starts entering within a second of the opening: the presses begin then.
         return enter(sale.http, sale.user_url, sale.voucher_id, {u: tokens[u] for u in users}, args.concurrency,
-                     progress, what)  # fmt: skip
+                     progress, what, until=sale.opens_at - 1)  # fmt: skip
 
     entries = entered(early, "entering the draw")
     if time.time() > closes:
@@ -109,6 +137,12 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
         )
     time.sleep(max(0.0, closes - time.time()))
     entries |= entered(late, "late entries")
+    if len(entries) < len(early) + len(late):
+        progress.console.print(
+            f"[yellow]{len(early) + len(late) - len(entries):,} users could not enter before the opening[/]: they "
+            "press without a pass (a longer --entry-seconds or --draw-close lets them in)"
+        )
+        passless = sorted(set(tokens) - set(entries))
     progress.console.print(
         f"{len(entries):,} entered ({sum(e.late for e in entries.values()):,} late), {len(passless)} never did; "
         f"the sale opens in {max(0.0, sale.opens_at - time.time()):.1f} s"

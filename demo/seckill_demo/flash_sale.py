@@ -42,7 +42,6 @@ from seckill.migrate import migrate
 from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
-from seckill_demo.draw import ENTRY_RATE
 from seckill_demo.scenario import LocalSale, console, run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
@@ -188,8 +187,8 @@ def parser() -> argparse.ArgumentParser:
         "--entry-seconds",
         type=float,
         metavar="SECONDS",
-        help=f"how long the entries before the close may take (default: one second per {ENTRY_RATE} users, at "
-        "least 10)",
+        help="how long the entries before the close may take (default: planned from the pace a sample of the "
+        "users enters a calibration draw at, with half as much again to spare; at least 10)",
     )
     p.add_argument("--shop-id", type=int, default=1, help="shop the voucher belongs to (default %(default)s)")
     p.add_argument("--first-user", type=int, default=1, help="first user id (default %(default)s)")
@@ -256,8 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--late is a share of the entrants: 0 to 1")
     if args.admission == "draw" and (args.endpoint or args.chaos):
         parser().error("--admission draw runs on the local services, without --chaos or --endpoint")
-    if args.entry_seconds is None:
-        args.entry_seconds = max(10.0, args.users / ENTRY_RATE)
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
     if args.endpoint and (args.edge or args.edge_plot):

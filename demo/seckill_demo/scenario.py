@@ -42,6 +42,7 @@ from seckill_demo.draw import (
     admitted_crowd,
     check_draw,
     draw_figures,
+    entry_budget,
     move_marks,
     open_draw,
 )
@@ -316,9 +317,13 @@ def finish(report: Report, args: argparse.Namespace) -> int:
 
 def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     args = sale.args
-    sale.create_voucher("local run")
     tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
-    console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
+    if args.admission == "draw" and args.entry_seconds is None:
+        with progress_bars() as progress:
+            args.entry_seconds = entry_budget(sale, tokens, progress)
+    sale.create_voucher("local run")
+    opens = "on sale" if args.admission == "race" else f"a draw opening in {sale.opens_at - time.time():.0f} s,"
+    console.print(f"voucher {sale.voucher_id} {opens} with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge

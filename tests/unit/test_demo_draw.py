@@ -8,13 +8,16 @@ import io
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from seckill.draw.tickets import early_ticket
-from seckill_demo.draw import DrawRun, Entry, check_draw, draw_figures, split_users
+from seckill_demo.draw import DrawRun, Entry, check_draw, draw_figures, enter, split_users
 from seckill_demo.load import Press
 from seckill_demo.report import draw_rows
+from tests.helpers import closed_port
 
 SEED = bytes(range(32))
 VOUCHER = 7
@@ -167,3 +170,11 @@ def test_the_users_split_into_early_late_and_never() -> None:
     assert (len(early), len(late), len(never)) == (940, 50, 10)
     assert sorted(early + late + never) == list(range(1, 1001))
     assert split_users(list(range(1, 1001)), 0.05, seed=3) == (early, late, never)
+
+
+def test_nobody_enters_once_the_entries_time_is_up() -> None:
+    """``until`` passed: no request is made (the API's port is closed) and nobody has entered."""
+    http = urllib3.PoolManager(retries=False, timeout=1)
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        entered = enter(http, f"http://127.0.0.1:{closed_port()}", 7, {1: "t1", 2: "t2"}, 2, progress, "x", until=0)
+    assert entered == {}
