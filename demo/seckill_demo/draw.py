@@ -37,7 +37,7 @@ ENTRY_MARGIN = 1.5
 PASSLESS = 0.01  # share of the users who press without ever entering: no pass, refused at the edge
 LOSERS_AUDITED = 200  # losers audited beside every winner
 EDGE_SHARE = 0.97  # the share of the presses the edge must answer, first second included...
-FUNCTION_SHARE = 0.03  # ...where the admitted entrants' presses are at most this share of them
+FUNCTION_SHARE = 0.03  # ...where the first move's admitted (admitFactor x stock) press at most this share of them
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,7 @@ def check_draw(
         ),
     ]
     total = sum(1 for p in presses if p.status)
-    if total and figures["budget"] <= FUNCTION_SHARE * total:
+    if total and run.factor * run.stock * run.presses_per_user <= FUNCTION_SHARE * total:
         share = 1 - len(forwarded) / total
         first = figures["first_second_at_edge"] / figures["first_second"] if figures["first_second"] else 0.0
         checks.append(

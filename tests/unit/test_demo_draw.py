@@ -5,6 +5,7 @@ audit of ``seckill-draw verify`` passes for them)."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,7 +86,7 @@ def test_a_draw_sale_passes_every_check_and_reports_its_figures() -> None:
     assert figures["cursor_at_that_win"] == ranked[10]
     checks = check_draw(draw, presses, figures, orders_of(presses), seed=1)
     assert [c.name for c in checks if not c.ok] == []
-    # 10 admitted x 3 presses is far over 3% of 44 presses: the edge's share is not asked for.
+    # The first move's 2 x 5 units x 3 presses is far over 3% of 44 presses: the edge's share is not asked for.
     assert len(checks) == 4
     audited = next(c for c in checks if c.name.startswith("seckill-draw verify"))
     assert audited.detail.startswith("42 of 42 audits passed (5 winners, 37 losers)")
@@ -124,7 +125,7 @@ def test_an_order_without_a_pass_fails() -> None:
 
 
 def test_the_edge_share_is_checked_where_the_admitted_are_few() -> None:
-    draw = run(entries(200), admitted=2)
+    draw = replace(run(entries(200), admitted=2), stock=1)  # the first move: 2 x 1 x 3 presses of 602
     ranked = sorted(draw.entries, key=lambda u: draw.entries[u].ticket)
     presses = [press(ranked[0], 0.1, 202, None, edge=False), press(ranked[1], 0.2, 409, "SOLD_OUT", edge=False)]
     presses += [press(u, 0.3 + k, 409, "NOT_ADMITTED", edge=True) for u in ranked[2:] for k in range(3)]
