@@ -322,7 +322,7 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         with progress_bars() as progress:
             args.entry_seconds = entry_budget(sale, tokens, progress)
     sale.create_voucher("local run")
-    opens = "on sale" if args.admission == "race" else f"a draw opening in {sale.opens_at - time.time():.0f} s,"
+    opens = "on sale" if args.admission == "race" else f"(a draw) opens in {sale.opens_at - time.time():.0f} s"
     console.print(f"voucher {sale.voucher_id} {opens} with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
