@@ -226,6 +226,15 @@ class DrawRun:
     presses_per_user: int
     skew: float  # how near a move the edge may forward a press it cannot place
 
+    def near_move(self, press: Press) -> bool:
+        """The press was sent within the edge's skew of a move: the edge may forward it."""
+        return Cursor(self.record).near_move(press.sent + self.offset, self.skew)
+
+    def crowd_start(self, presses: list[Press]) -> float:
+        """When the crowd's first second begins (epoch seconds): the opening, or the first
+        press if the entries ran past the opening."""
+        return max(self.opened, min((p.sent + self.offset for p in presses), default=self.opened))
+
 
 def move_marks(run: DrawRun, started: float) -> list[tuple[float, str]]:
     """The opening and the cursor's moves, in seconds since ``started`` (epoch), for the edge plot."""
@@ -247,7 +256,8 @@ def draw_figures(run: DrawRun, presses: list[Press]) -> dict[str, Any]:
     """The report's figures about the draw (``seckill_demo.report.draw_rows``)."""
     cursor = Cursor(run.record)
     admitted = cursor.admitted(run.entries)
-    first = [p for p in presses if p.status and 0 <= p.sent + run.offset - run.opened < 1]
+    start = run.crowd_start(presses)
+    first = [p for p in presses if p.status and 0 <= p.sent + run.offset - start < 1]
     won = winners(presses)
     at_win = {u: cursor.at(p.sent + run.offset + p.latency_ms / 1000) or "" for u, p in won.items()}
     highest = max(won, key=lambda u: run.entries[u].ticket, default=None)
@@ -264,6 +274,7 @@ def draw_figures(run: DrawRun, presses: list[Press]) -> dict[str, Any]:
         "first_move": cursor.cursors[0] if cursor.cursors else None,
         "final_cursor": cursor.cursors[-1] if cursor.cursors else None,
         "admit_factor": run.factor,
+        "first_second_after_opening_s": start - run.opened,
         "first_second": len(first),
         "first_second_at_edge": sum(p.edge for p in first),
         "reached_function": len(forwarded),

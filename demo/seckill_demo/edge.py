@@ -226,9 +226,12 @@ def check_edge(
     figures: dict[str, Any],
     first_wave: int,
     clears_within: float = RETURN_CLEARS_WITHIN,
+    unsure: Callable[[Press], bool] = lambda press: False,
 ) -> list[Check]:
     """What the edge may do (it answers only what the gate has decided, as the function
     would) and how soon its flag follows the stock, from the presses and the samples.
+    ``unsure``: a press the edge may forward whatever its store says (a draw's, within
+    the skew of a move of the cursor).
     ``clears_within``: how long units back on sale may stay behind the flag."""
     started = watch.started
     answered = [p for p in presses if p.edge]
@@ -261,7 +264,10 @@ def check_edge(
         late = [
             p
             for p in presses
-            if not p.edge and p.status and first_edge + AFTER_FLAG_TOLERANCE < p.sent - started < until
+            if not p.edge
+            and p.status
+            and first_edge + AFTER_FLAG_TOLERANCE < p.sent - started < until
+            and not unsure(p)
         ]
         checks.append(
             Check(

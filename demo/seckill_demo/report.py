@@ -302,7 +302,11 @@ def draw_rows(table: Table, draw: dict[str, Any]) -> None:
     )
     first = draw["first_second"]
     share = f"{draw['first_second_at_edge'] / first:.1%}" if first else "-"
-    table.add_row("draw: first second at the edge", f"{draw['first_second_at_edge']:,} of {first:,} ({share})")
+    late = draw["first_second_after_opening_s"]
+    table.add_row(
+        "draw: first second at the edge" + (f" ({late:.1f} s after the opening)" if late >= 1 else ""),
+        f"{draw['first_second_at_edge']:,} of {first:,} ({share})",
+    )
     table.add_row(
         "draw: presses at the function / admitted x presses",
         f"{draw['reached_function']:,} / {draw['budget']:,}",

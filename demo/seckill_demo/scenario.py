@@ -386,7 +386,11 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
         # A chaos run gives units back unnoticed (a press's release before its 503): its sweep clears them.
         within = RETURN_CLEARS_WITHIN + (RECONCILE_EVERY if sale.chaos is not None else 0)
-        edge_checks = [*check_edge(presses, watch, edge_report, len(rush), within), check_server(presses, stats)]
+        unsure = (lambda press: False) if draw_run is None else draw_run.near_move
+        edge_checks = [
+            *check_edge(presses, watch, edge_report, len(rush), within, unsure),
+            check_server(presses, stats),
+        ]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
         moves = [] if draw_run is None else move_marks(draw_run, offset + watch.started)
         edge_plot = plot_edge(

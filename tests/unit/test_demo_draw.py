@@ -179,3 +179,12 @@ def test_nobody_enters_once_the_entries_time_is_up() -> None:
     with Progress(console=Console(file=io.StringIO())) as progress:
         entered = enter(http, f"http://127.0.0.1:{closed_port()}", 7, {1: "t1", 2: "t2"}, 2, progress, "x", until=0)
     assert entered == {}
+
+
+def test_the_first_second_is_the_crowds_when_it_came_after_the_opening() -> None:
+    """Entries that ran past the opening: the first second is counted from the first press."""
+    draw = run(entries())
+    late = [replace(p, sent=p.sent + 5) for p in sale(draw)]
+    figures = draw_figures(draw, late)
+    assert round(figures["first_second_after_opening_s"], 3) == 5.1  # the first press, 0.1 s in, now 5 s late
+    assert (figures["first_second"], figures["first_second_at_edge"]) == (43, 33)
