@@ -206,11 +206,11 @@ function refusal(state, ticket, now) {
     return null;
   }
   if (ticket !== null) {
-    const cursor = cursorAt(state.moves, now);
-    if (cursor === undefined) {
+    const admitted = admittedAt(state.moves, ticket, now);
+    if (admitted === undefined) {
       return null;
     }
-    if (cursor !== null && ticket >= cursor) {
+    if (!admitted) {
       return 'NOT_ADMITTED';
     }
   }
@@ -223,19 +223,31 @@ function refusal(state, ticket, now) {
   return state.soldOut ? 'SOLD_OUT' : null;
 }
 
-// The cursor in effect: the move with the largest at <= now; null before the first;
-// undefined within the skew of any move (the gate may see either side of it).
-function cursorAt(moves, now) {
-  let cursor = null;
+// Whether the cursor in effect (the move with the largest at <= now; none before the
+// first) admits the ticket: true also before the first move (no NOT_ADMITTED then).
+// Within the skew of a move's at the gate may see any cursor from the one in effect
+// SKEW_MS ago to the one SKEW_MS ahead; the cursor never moves back, so a ticket at or
+// above the latest of them is refused whichever applies, and one below the earliest is
+// admitted whichever applies; undefined for a ticket between them.
+function admittedAt(moves, ticket, now) {
+  let before = null; // the cursor in effect before the skew
+  let within = null; // the earliest move within it
+  let latest = null;
   for (let i = 0; i < moves.length; i++) {
-    if (Math.abs(now - moves[i][0]) <= SKEW_MS) {
-      return undefined;
+    if (moves[i][0] < now - SKEW_MS) {
+      before = moves[i][1];
+    } else if (moves[i][0] <= now + SKEW_MS && within === null) {
+      within = moves[i][1];
     }
-    if (moves[i][0] <= now) {
-      cursor = moves[i][1];
+    if (moves[i][0] <= now + SKEW_MS) {
+      latest = moves[i][1];
     }
   }
-  return cursor;
+  const earliest = before !== null ? before : within;
+  if (latest === null || ticket < earliest) {
+    return true;
+  }
+  return before !== null && ticket >= latest ? false : undefined;
 }
 
 function refuse(code) {

@@ -24,7 +24,7 @@ from seckill.edge.state import StateQueue
 from seckill.infra import keys
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.results import fail
-from seckill.press.gate import ENDED, NOT_STARTED, REFUSALS, SOLD_OUT
+from seckill.press.gate import ENDED, NO_PASS, NOT_ADMITTED, NOT_STARTED, REFUSALS, SOLD_OUT
 from seckill_demo.load import Press
 from seckill_demo.report import Check
 
@@ -47,8 +47,12 @@ EDGE_SWEEP_EVERY = 2.0
 # The documented bound (docs/edge.md) at the demo's pace: whatever was lost, a unit back
 # on sale is refused at the edge for at most one sweep interval plus the way to the store.
 REFUSED_ON_SALE_WITHIN = EDGE_SWEEP_EVERY + RETURN_CLEARS_WITHIN
-# What the edge may answer: the gate's refusals that hold for everyone.
-EDGE_CODES = {REFUSALS[outcome].code for outcome in (NOT_STARTED, ENDED, SOLD_OUT)}
+# What the edge may answer, code -> status: the gate's refusals that hold for everyone, and a
+# draw's that its store decides (a pass it finds invalid, a ticket not below the cursor).
+EDGE_CODES = {
+    REFUSALS[outcome].code: REFUSALS[outcome].status
+    for outcome in (NOT_STARTED, ENDED, SOLD_OUT, NO_PASS, NOT_ADMITTED)
+}
 
 
 def function_body(code: str) -> bytes:
@@ -290,17 +294,20 @@ def check_edge(
     figures: dict[str, Any],
     first_wave: int,
     clears_within: float = RETURN_CLEARS_WITHIN,
+    unsure: Callable[[Press], bool] = lambda press: False,
 ) -> list[Check]:
     """What the edge may do (it answers only what the gate has decided, as the function
     would) and how soon its flag follows the stock, from the presses and the samples.
+    ``unsure``: a press the edge may forward whatever its store says (a draw's, within
+    the skew of a move of the cursor).
     ``clears_within``: how long units back on sale may stay behind the flag."""
     started = watch.started
     answered = [p for p in presses if p.edge]
-    not_refusal = [p for p in answered if p.status != 409 or p.code not in EDGE_CODES]
+    not_refusal = [p for p in answered if EDGE_CODES.get(p.code or "") != p.status]
     differ = [p for p in answered if p not in not_refusal and p.body != function_body(p.code or "")]
     codes = {p.code for p in answered}
     # The function's own answers for the same codes, a second witness of the body.
-    theirs = {p.body for p in presses if not p.edge and p.status == 409 and p.code in codes}
+    theirs = {p.body for p in presses if not p.edge and p.code in codes and EDGE_CODES.get(p.code or "") == p.status}
     mine = {function_body(code) for code in codes if code in EDGE_CODES}
     checks = [
         Check(
@@ -308,7 +315,7 @@ def check_edge(
             not not_refusal,
             f"{len(answered):,} edge answers: "
             + (", ".join(f"{k} {v:,}" for k, v in sorted(figures["codes"].items())) or "none")
-            + (f"; {len(not_refusal)} not a 409 refusal" if not_refusal else ""),
+            + (f"; {len(not_refusal)} not a refusal it may give" if not_refusal else ""),
         ),
         Check(
             "every edge answer is the function's, byte for byte",
@@ -325,7 +332,10 @@ def check_edge(
         late = [
             p
             for p in presses
-            if not p.edge and p.status and first_edge + AFTER_FLAG_TOLERANCE < p.sent - started < until
+            if not p.edge
+            and p.status
+            and first_edge + AFTER_FLAG_TOLERANCE < p.sent - started < until
+            and not unsure(p)
         ]
         checks.append(
             Check(
@@ -372,9 +382,17 @@ def check_edge(
     return checks
 
 
-def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], path: Path, title: str) -> str:
+def plot_edge(
+    presses: list[Press],
+    watch: EdgeWatch,
+    figures: dict[str, Any],
+    path: Path,
+    title: str,
+    extra: list[tuple[float, str]] | None = None,
+) -> str:
     """Presses per ``BIN`` seconds answered at the edge and by the function, with the
-    sell-outs, the flag reaching the edge and the returns marked; what to tell the user."""
+    sell-outs, the flag reaching the edge, the returns and the ``extra`` marks (a draw's
+    opening and cursor moves); what to tell the user."""
     import matplotlib  # here, not at import: only a sale with the edge draws this
 
     matplotlib.use("Agg")
@@ -399,6 +417,7 @@ def plot_edge(presses: list[Press], watch: EdgeWatch, figures: dict[str, Any], p
         marks.append((figures["last_202_at_s"], "last 202 before it"))
     if figures["first_edge_sold_out_at_s"] is not None:
         marks.append((figures["first_edge_sold_out_at_s"], "first SOLD_OUT at the edge"))
+    marks += extra or []
     for i, (at, label) in enumerate(sorted(marks)):
         ax.axvline(at, color="grey", linestyle=":", linewidth=1)
         height = 1 - 0.3 * (i % 3)  # marks close together would write over each other

@@ -152,6 +152,45 @@ def parser() -> argparse.ArgumentParser:
     holds.add_argument(
         "--waves", type=int, default=5, help="most waves of presses, the first included (default %(default)s)"
     )
+    draw = p.add_argument_group(
+        "a draw sale (docs/draw.md): entries before the close, passes, the cursor and its waves"
+    )
+    draw.add_argument(
+        "--admission",
+        choices=("race", "draw"),
+        default="race",
+        help="race: first come, first served (default); draw: the users enter a draw that closes before the "
+        "opening (--late of them after it, 1%% never), then press with their passes; only the admitted reach "
+        "the function, and with holds each later wave is the entrants a move of the cursor admitted",
+    )
+    draw.add_argument(
+        "--admit-factor", type=int, default=2, help="the voucher's admitFactor, 1..100 (default %(default)s)"
+    )
+    draw.add_argument(
+        "--draw-close",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="the voucher's drawCloseSeconds, 5..3600: the draw closes this long before the opening (default "
+        "%(default)s; the service's own default is 60)",
+    )
+    draw.add_argument(
+        "--wave-seconds", type=int, default=5, help="the voucher's waveSeconds, 5..3600 (default %(default)s)"
+    )
+    draw.add_argument(
+        "--late",
+        type=float,
+        default=0.05,
+        metavar="FRACTION",
+        help="share of the entrants who enter after the draw closed (default %(default)s)",
+    )
+    draw.add_argument(
+        "--entry-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="how long the entries before the close may take (default: planned from the pace a sample of the "
+        "users enters a calibration draw at, with half as much again to spare; at least 10)",
+    )
     p.add_argument("--shop-id", type=int, default=1, help="shop the voucher belongs to (default %(default)s)")
     p.add_argument("--first-user", type=int, default=1, help="first user id (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=120, help="seconds to wait per drain phase (default 120)")
@@ -209,6 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--no-show and --cancel are shares of the winners: each 0 to 1, together at most 1")
     if args.endpoint and (args.no_show or args.cancel or args.hold is not None):
         parser().error("--no-show, --cancel and --hold run on the local services only, not with --endpoint")
+    draw_options = {"admit_factor": (1, 100), "draw_close": (5, 3600), "wave_seconds": (5, 3600)}
+    for name, (low, high) in draw_options.items():
+        if not low <= getattr(args, name) <= high:
+            parser().error(f"--{name.replace('_', '-')} must be {low} to {high}")
+    if not 0 <= args.late <= 1:
+        parser().error("--late is a share of the entrants: 0 to 1")
+    if args.admission == "draw" and (args.endpoint or args.chaos):
+        parser().error("--admission draw runs on the local services, without --chaos or --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
     if args.endpoint and (args.edge or args.edge_plot):

@@ -353,8 +353,13 @@ class HoldsRun:
     is answered 202, then the waits for the deadlines and the waves that buy back
     what came back on sale."""
 
-    def __init__(self, sale: LocalSale, sampler: StockSampler) -> None:
+    def __init__(
+        self, sale: LocalSale, sampler: StockSampler, crowd: Callable[[HoldsOutcome], dict[int, str]] | None = None
+    ) -> None:
         self.sale = sale
+        # Who presses in each later wave: new users by default; a draw's, the entrants a move admitted.
+        self.crowd = crowd or self.newcomers
+        self.next_user = sale.args.first_user + sale.args.users
         self.args = sale.args
         self.sampler = sampler
         self.payer = Payer(sale.http, sale.user_url, sale.admin, sale.args.seed)
@@ -451,11 +456,16 @@ class HoldsRun:
             time.sleep(0.25)
         progress.update(task, total=1, completed=1)
 
+    def newcomers(self, outcome: HoldsOutcome) -> dict[int, str]:
+        """A later wave of a race: new users, three per unit back on sale (at least ten)."""
+        users = range(self.next_user, self.next_user + max(10, 3 * outcome.mysql_stock))
+        self.next_user = users.stop
+        return mint_tokens(self.sale.redis, users, ttl_seconds=TOKEN_TTL)
+
     def waves(self, progress: Progress, presses: list[Press], tokens: dict[int, str]) -> None:
         """Waves of new users after the deadlines, until every unit is paid or --waves is reached;
         their presses and tokens join the sale's."""
         args, sale = self.args, self.sale
-        next_user = args.first_user + args.users
         wave = 1
         while True:
             outcome = self.wait_resolved(f"wave {wave}: holds", progress)
@@ -471,10 +481,11 @@ class HoldsRun:
             if wave >= args.waves:
                 self.holds.why_unsold = f"{args.stock - paid} units left after {wave} waves (--waves)"
                 break
+            fresh = self.crowd(outcome)
+            if not fresh:
+                self.holds.why_unsold = f"{args.stock - paid} units left after {wave} waves: nobody more admitted"
+                break
             wave += 1
-            newcomers = range(next_user, next_user + max(10, 3 * outcome.mysql_stock))
-            next_user = newcomers.stop
-            fresh = mint_tokens(sale.redis, newcomers, ttl_seconds=TOKEN_TTL)
             self.sampler.mark(f"wave {wave}")
             more, _ = sale.fire(fresh, progress, on_win=self.winners(fresh, wave))
             presses.extend(more)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -18,6 +18,7 @@ from seckill_demo.faults import rng
 
 TRY_AGAIN_RETRIES = 10  # how often the client app repeats a press answered 503 TRY_AGAIN
 TOKEN_TTL = 3600  # seconds the users' login tokens live: longer than any sale
+PASS_HEADER = "x-seckill-pass"  # noqa: S105 (a header's name): a draw sale's pass, sent with every press
 
 
 @dataclass
@@ -45,9 +46,11 @@ def fire(
     seed: int,
     on_press: Callable[[int], None] = lambda done: None,
     on_win: Callable[[Press], None] = lambda press: None,
+    passes: Mapping[int, str] | None = None,
 ) -> tuple[list[Press], float]:
     """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken).
-    ``on_win`` is told of every press answered 202 as soon as it is."""
+    ``on_win`` is told of every press answered 202 as soon as it is. A user with a pass in
+    ``passes`` (a draw sale's) sends it with each press."""
     plan = [user for user in tokens for _ in range(presses)]
     rng(seed, "plan").shuffle(plan)
     url = f"{api_url}/voucher-order/seckill/{voucher_id}"
@@ -57,7 +60,10 @@ def fire(
     def attempt(user_id: int) -> Press:
         sent, started = time.monotonic(), time.perf_counter()
         try:
-            response = http.request("POST", url, headers={"authorization": tokens[user_id]})
+            headers = {"authorization": tokens[user_id]}
+            if passes and user_id in passes:
+                headers[PASS_HEADER] = passes[user_id]
+            response = http.request("POST", url, headers=headers)
             elapsed = (time.perf_counter() - started) * 1000
             payload = json.loads(response.data) if response.data else {}
             order = payload.get("data") if response.status == 202 else None

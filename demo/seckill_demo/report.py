@@ -65,6 +65,7 @@ class Report:
     edge_plot: str = ""  # the edge plot's path
     function_time: dict[str, Any] | None = None  # the press route's own time (seckill_demo.timing); None: not measured
     return_lag: dict[str, Any] | None = None  # payBy -> the unit back on sale (seckill_demo.holds.return_lag)
+    draw: dict[str, Any] | None = None  # entrants, admitted, moves... (seckill_demo.draw); None: a race
 
     @property
     def ok(self) -> bool:
@@ -304,6 +305,39 @@ def return_lag_rows(table: Table, lag: dict[str, Any]) -> None:
     )
 
 
+def draw_rows(table: Table, draw: dict[str, Any]) -> None:
+    """A draw sale's figures (``seckill_demo.draw.draw_figures``); locally the tickets may show."""
+    table.add_row(
+        "draw: entrants (late) / never entered",
+        f"{draw['entrants']:,} ({draw['late_entrants']:,}) / {draw['without_entry']:,}"
+        + (
+            ""
+            if (draw["record_entrants"], draw["record_late_entrants"]) == (draw["entrants"], draw["late_entrants"])
+            else f"; the record says {draw['record_entrants']} ({draw['record_late_entrants']})"
+        ),
+    )
+    table.add_row(
+        f"draw: admitted (late) / cursor moves, admitFactor {draw['admit_factor']}",
+        f"{draw['admitted']:,} ({draw['admitted_late']:,}) / {draw['moves']}",
+    )
+    first = draw["first_second"]
+    share = f"{draw['first_second_at_edge'] / first:.1%}" if first else "-"
+    late = draw["first_second_after_opening_s"]
+    table.add_row(
+        "draw: first second at the edge" + (f" ({late:.1f} s after the opening)" if late >= 1 else ""),
+        f"{draw['first_second_at_edge']:,} of {first:,} ({share})",
+    )
+    table.add_row(
+        "draw: presses at the function / admitted x presses",
+        f"{draw['reached_function']:,} / {draw['budget']:,}",
+    )
+    table.add_row(
+        "draw: winners' highest ticket / cursor then",
+        f"{draw['highest_winning_ticket'] or '-'} / {draw['cursor_at_that_win'] or '-'}",
+    )
+    table.add_row("draw: first cursor / final cursor", f"{draw['first_move'] or '-'} / {draw['final_cursor'] or '-'}")
+
+
 def render(report: Report, console: Console | None = None) -> None:
     out = console or Console()
     table = Table(
@@ -353,6 +387,8 @@ def render(report: Report, console: Console | None = None) -> None:
         return_lag_rows(table, report.return_lag)
     if report.edge is not None:
         edge_rows(table, report.edge)
+    if report.draw is not None:
+        draw_rows(table, report.draw)
     table.add_row("seed", str(report.seed))
     out.print(table)
     for plot in (report.plot, report.edge_plot):

@@ -35,6 +35,17 @@ from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import mint_tokens
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.chaos import MALFORMED, Chaos, edge_faults, edge_faults_table
+from seckill_demo.draw import (
+    EDGE_SKEW,
+    DrawRun,
+    Entry,
+    admitted_crowd,
+    check_draw,
+    draw_figures,
+    entry_budget,
+    move_marks,
+    open_draw,
+)
 from seckill_demo.edge import (
     REFUSED_ON_SALE_WITHIN,
     RETURN_CLEARS_WITHIN,
@@ -53,6 +64,7 @@ from seckill_demo.report import Check, Outcome, Report, check_invariants, press_
 from seckill_demo.stack import LocalStack
 from seckill_demo.timing import PRESS_ROUTE, durations, function_time
 from seckill_local.sqs import sqs_client
+from seckill_ops.draw import fetch_record
 
 console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
@@ -95,9 +107,23 @@ class Sale:
         self.dlq_url = queues["OrderDeadLetterQueue"]
         self.poison_url = queues["OrderPoisonQueue"]
         self.voucher_id = 0
+        self.passes: dict[int, str] = {}  # a draw sale's: user -> the pass its entry gave
+        self.opens_at = 0.0  # epoch seconds of the sale's beginTime
 
     def create_voucher(self, what: str) -> None:
+        """A voucher on sale now; a draw's (``--admission draw``) opens once its entries and the draw are done."""
         now = datetime.now(UTC)
+        begin = now - timedelta(seconds=5)
+        draw: dict[str, Any] = {}
+        if self.args.admission == "draw":
+            begin = now + timedelta(seconds=self.args.entry_seconds + self.args.draw_close)
+            draw = {
+                "admission": "draw",
+                "admitFactor": self.args.admit_factor,
+                "drawCloseSeconds": self.args.draw_close,
+                "waveSeconds": self.args.wave_seconds,
+            }
+        self.opens_at = begin.timestamp()
         self.voucher_id = self.admin.create_seckill_voucher(
             {
                 "shopId": self.args.shop_id,
@@ -108,10 +134,11 @@ class Sale:
                 "actualValue": 10000,
                 "type": 1,
                 "stock": self.args.stock,
-                "beginTime": (now - timedelta(seconds=5)).isoformat(),
-                "endTime": (now + timedelta(hours=1)).isoformat(),
+                "beginTime": begin.isoformat(),
+                "endTime": (begin + timedelta(hours=1)).isoformat(),
             }
             | ({} if self.args.hold is None else {"holdSeconds": self.args.hold})
+            | draw
         )
 
     def fire(
@@ -134,6 +161,7 @@ class Sale:
             args.seed,
             on_press,
             on_win,
+            self.passes,
         )
 
     def redeliver(self, presses: list[Press]) -> int:
@@ -293,13 +321,23 @@ def finish(report: Report, args: argparse.Namespace) -> int:
 
 def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     args = sale.args
-    sale.create_voucher("local run")
     tokens = mint_tokens(sale.redis, range(args.first_user, args.first_user + args.users), ttl_seconds=TOKEN_TTL)
-    console.print(f"voucher {sale.voucher_id} on sale with stock {args.stock}; {len(tokens):,} users minted")
+    if args.admission == "draw" and args.entry_seconds is None:
+        with progress_bars() as progress:
+            args.entry_seconds = entry_budget(sale, tokens, progress)
+    sale.create_voucher("local run")
+    opens = "on sale" if args.admission == "race" else f"(a draw) opens in {sale.opens_at - time.time():.0f} s"
+    console.print(f"voucher {sale.voucher_id} {opens} with stock {args.stock}; {len(tokens):,} users minted")
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge
-    counted = None if edge is None else edge.stats()  # the readiness probes went through it too
+    entries: dict[int, Entry] = {}
+    passless: list[int] = []
+    if args.admission == "draw":
+        with progress_bars() as progress:
+            entries, passless = open_draw(sale, tokens, progress)
+    offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
+    counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
         watch = None
         if edge is not None:
@@ -308,7 +346,10 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
             )
             stack.enter_context(edge_schedule(sale.edge_states, sale.scripts, sale.redis, sale.voucher_id))
         reconciled: Counter[str] = Counter()
-        run = HoldsRun(sale, sampler) if holds_on else None
+        crowd = None
+        if entries and holds_on:
+            crowd = admitted_crowd(sale, tokens, entries, patience=2 * args.wave_seconds + args.drain_timeout)
+        run = HoldsRun(sale, sampler, crowd) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
         if sale.chaos is not None:
@@ -336,6 +377,14 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         rush = list(presses)  # the report's press figures are the first wave's
         if run is not None:
             run.waves(progress, presses, tokens)
+    draw_run = None
+    if entries:
+        sale.admin.stop(sale.voucher_id)  # the sale is over: the seed is revealed
+        record = fetch_record(sale.api_url, sale.voucher_id, sale.http)
+        draw_run = DrawRun(
+            sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
+            args.presses, EDGE_SKEW,
+        )  # fmt: skip
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
     edge_report, edge_plot, edge_checks = None, "", []
@@ -344,14 +393,21 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
         edge_report = edge_figures(presses, watch, stats, first_wave=len(rush))
         # A chaos run gives units back unnoticed (a 503's release, Redis forgetting): the sweep clears them.
         within = REFUSED_ON_SALE_WITHIN if sale.chaos is not None else RETURN_CLEARS_WITHIN
+        unsure = (lambda press: False) if draw_run is None else draw_run.near_move
         edge_checks = [
-            *check_edge(presses, watch, edge_report, len(rush), within),
+            *check_edge(presses, watch, edge_report, len(rush), within, unsure),
             check_refused_on_sale(watch),
             check_server(presses, stats),
         ]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
+        moves = [] if draw_run is None else move_marks(draw_run, offset + watch.started)
         edge_plot = plot_edge(
-            presses, watch, edge_report, path, f"voucher {sale.voucher_id}: presses at the edge and at the function"
+            presses,
+            watch,
+            edge_report,
+            path,
+            f"voucher {sale.voucher_id}: presses at the edge and at the function",
+            moves,
         )
 
     outcome = Outcome.read(sale.db, sale.redis, sale.voucher_id)
@@ -404,6 +460,9 @@ def run_local_sale(sale: LocalSale, creds: Credentials) -> int:
     report.checks.extend(edge_checks)
     press_durations = durations(sale.stack.log("api"), "SeckillApiFunction", PRESS_ROUTE)
     report.function_time = function_time(press_durations, args.containers)
+    if draw_run is not None:
+        report.draw = draw_figures(draw_run, presses)
+        report.checks.extend(check_draw(draw_run, presses, report.draw, outcome.orders, args.seed))
     if held is not None and run is not None:
         report.return_lag = return_lag(sale.db, sale.voucher_id)
         report.reconciliation = dict(reconciled + run.reconciled)

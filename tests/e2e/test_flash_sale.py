@@ -260,3 +260,54 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
             "a press's send refused after the sell-out was published"} <= set(faults)  # fmt: skip
     checks = {c["name"]: c["ok"] for c in report["checks"]}
     assert checks["no unit refused at the edge longer than the bound while on sale"] is True
+
+
+def test_a_draw_sale_admits_only_the_drawn_and_waves_admit_more(tmp_path: Path, sale_db: str, seed: int) -> None:
+    """--admission draw: the users enter before the close (some after it, a few never),
+    press with their passes at the opening through the edge; only the admitted reach the
+    function; the no-shows' units come back and a move of the cursor admits more, who buy
+    them. Every winner's and 200 losers' audits pass."""
+    report_file, plot = tmp_path / "report.json", tmp_path / "edge.png"
+    result = flash_sale(
+        "--admission", "draw", "--users", "300", "--stock", "10", "--presses", "3", "--concurrency", "24",
+        "--containers", "2", "--no-show", "0.5", "--hold", "10", "--late", "0.05",
+        "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
+        "--edge-plot", str(plot), "--seed", str(seed),
+        timeout=420,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] is True
+    draw = report["draw"]
+    # 1% never enter and 5% enter late; on a machine slower than its calibration said, more of them.
+    assert draw["entrants"] + draw["without_entry"] == 300
+    assert draw["without_entry"] >= 3
+    assert draw["late_entrants"] >= 15
+    assert (draw["record_entrants"], draw["record_late_entrants"]) == (draw["entrants"], draw["late_entrants"])
+    assert draw["admitted"] >= 20  # the first move: admitFactor 2 x 10 units
+    assert 0 < draw["reached_function"] <= draw["budget"] == 3 * draw["admitted"]
+    assert draw["highest_winning_ticket"] < draw["cursor_at_that_win"]
+    assert report["holds"]["paid"] == 10
+    if report["holds"]["expired"]:  # all but certain: half of the 10 winners never pay
+        assert draw["moves"] >= 2  # their units came back: a wave admitted more
+        assert report["holds"]["waves"] >= 2
+    edge = report["edge"]
+    assert set(edge["codes"]) <= {"NOT_ADMITTED", "NO_PASS", "SOLD_OUT"}
+    assert edge["codes"]["NO_PASS"] == 3 * draw["without_entry"]  # those who never entered, each press
+    assert {c["name"] for c in report["checks"]} >= {
+        "every order's ticket below the cursor at its press",
+        "no order without a pass",
+        "seckill-draw verify passes for every winner and a sample of losers",
+        "only admitted entrants' presses reach the function",
+        "every edge answer is the function's, byte for byte",
+    }
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_draw_options_are_validated() -> None:
+    result = flash_sale("--admission", "draw", "--admit-factor", "0", timeout=60)
+    assert result.returncode == 2
+    assert "--admit-factor must be 1 to 100" in result.stderr
+    result = flash_sale("--admission", "draw", "--chaos", timeout=60)
+    assert result.returncode == 2
+    assert "--admission draw runs on the local services" in result.stderr

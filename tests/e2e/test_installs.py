@@ -33,7 +33,10 @@ INSTALLS = {
     ],
 }
 # The commands each install brings, as its distributions declare them.
-OPS = {"seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate", "seckill-capacity"}
+OPS = {
+    *("seckill-dlq-replay", "seckill-reconcile", "seckill-recovery", "seckill-migrate"),
+    *("seckill-capacity", "seckill-draw"),
+}
 LOCAL = {"seckill-local", "seckill-tokens", "seckill-openapi", "seckill-edge-function"}
 COMMANDS = {
     "product": set(),

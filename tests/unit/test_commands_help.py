@@ -43,6 +43,7 @@ def test_every_command_has_help() -> None:
         "seckill_ops.recovery",
         "seckill_ops.dlq_replay",
         "seckill_ops.capacity",
+        "seckill_ops.draw",
         "seckill_local.tokens_command",
         "seckill_local.runner",
         "seckill_demo.flash_sale",

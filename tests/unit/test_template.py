@@ -186,6 +186,10 @@ def secrets_read(data: dict[str, Any], logical_id: str) -> list[Any]:
             policy = policy["Fn::If"][1]
         if "AWSSecretsManagerGetSecretValuePolicy" in policy:
             read.append(policy["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"])
+        # A statement of its own (the migrator's: it also puts the first pass key ring).
+        read += [
+            s["Resource"] for s in policy.get("Statement", []) if "secretsmanager:GetSecretValue" in s.get("Action", [])
+        ]
     return read
 
 

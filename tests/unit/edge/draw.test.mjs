@@ -267,21 +267,31 @@ describe('the cursor', () => {
     await assertRefused('NOT_ADMITTED', { moves }, { at: NOW + 10_000 - SKEW - 1 });
   });
 
-  it("forwards within the skew of any move's at, on both sides", async () => {
+  it("forwards within the skew of a move's at, on both sides, the tickets the cursors around it disagree on", async () => {
     const at = NOW;
     const moves = [
       [at - 20_000, BELOW],
       [at, TICKET],
       [at + 20_000, ABOVE],
     ];
-    for (const now of [at - SKEW, at - 1, at, at + 1, at + SKEW, at + 20_000 - SKEW, at + 20_000 + SKEW]) {
+    // The pass's ticket is TICKET: from BELOW to TICKET it stays refused, from TICKET to ABOVE it is admitted.
+    for (const now of [at + 20_000 - SKEW, at + 20_000, at + 20_000 + SKEW]) {
       await assertForwarded({ soldOut: true, moves }, { at: now });
     }
-    await assertRefused('NOT_ADMITTED', { soldOut: true, moves }, { at: at - SKEW - 1 });
-    await assertRefused('NOT_ADMITTED', { soldOut: true, moves }, { at: at + SKEW + 1 });
+    for (const now of [at - SKEW - 1, at - SKEW, at, at + SKEW, at + SKEW + 1, at + 20_000 - SKEW - 1]) {
+      await assertRefused('NOT_ADMITTED', { soldOut: true, moves }, { at: now });
+    }
     await assertRefused('SOLD_OUT', { soldOut: true, moves }, { at: at + 20_000 + SKEW + 1 });
-    // Within the skew of the first move, the draw's close: forwarded even before the opening.
-    await assertForwarded({ begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, ABOVE]] });
+    // A ticket below the cursor on both sides of a move is admitted whichever applies.
+    const below = [
+      [at - 20_000, ABOVE],
+      [at, ABOVE.slice(0, 16) + 'e'],
+    ];
+    await assertRefused('SOLD_OUT', { soldOut: true, moves: below }, { at });
+    // Within the skew of the first move, the draw's close: a ticket it would refuse may meet no
+    // cursor yet, so it is forwarded; one it admits is not started either way.
+    await assertForwarded({ begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, BELOW]] });
+    await assertRefused('NOT_STARTED', { begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, ABOVE]] });
   });
 });
 
