@@ -383,6 +383,11 @@ def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
 def fresh(template: Template, logical_id: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
     """The function's module imported afresh, as the runtime would, with these variables;
     the suite's own import stays what ``handlers`` returns."""
+    # Imported once as the suite imports it first: every module it needs is then in
+    # sys.modules for good, and the fresh import below adds only the function's own. A
+    # library module imported only inside the copy would be imported again later, its
+    # classes then two classes (an event handler's Response no longer its Response).
+    load_handler(template.functions[logical_id])
     with monkeypatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
