@@ -65,14 +65,8 @@ def test_no_requirements_file_but_the_checkouts_own_is_without_a_lock_input() ->
 
 
 def test_make_lock_compiles_every_input() -> None:
-    planned = subprocess.run(
-        ["make", "-n", "lock"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,  # noqa: S607
-    ).stdout
+    make = ["make", "-n", "lock"]  # -n: what it would run, running nothing
+    planned = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True, timeout=60).stdout  # noqa: S603
     commands = [c.split() for line in planned.splitlines() for c in line.split("&&") if "pip compile" in c]
     compiled = {(next(w for w in words if w.endswith(".in")), words[words.index("-o") + 1]) for words in commands}
     assert compiled == {(name(p), name(p.with_suffix(".txt"))) for p in INPUTS}
