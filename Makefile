@@ -14,34 +14,62 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo check test test-unit lint types format services clean sam-setup validate build openapi edge-function bench bench-setup sam-local
+.PHONY: help setup lock demo check test test-unit lint types format services clean sam-setup validate build openapi edge-function bench bench-setup sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# Every distribution but the benchmarks', editable, and the dev tools (requirements-dev.txt).
-DISTRIBUTIONS := pyproject.toml ops/pyproject.toml local/pyproject.toml demo/pyproject.toml
-$(VENV)/.installed: $(DISTRIBUTIONS) requirements-dev.txt
+# Every install is from a lock with hashes (X.txt, compiled from the short list X.in by
+# `make lock`), by uv, which pip puts in .venv first from requirements-uv.txt.
+UV := $(BIN)/uv
+UV_INSTALL = $(UV) pip install --quiet --require-hashes
+$(UV): requirements-uv.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-uv.txt
 	touch $@
 
-setup: $(VENV)/.installed ## create .venv: the product, its tools (editable) and the dev tools
+# Then the dev lock, and this checkout's distributions but the benchmarks' (requirements-own.txt),
+# editable and without dependencies: the lock has them all, which pip check confirms.
+DISTRIBUTIONS := pyproject.toml ops/pyproject.toml local/pyproject.toml demo/pyproject.toml
+$(VENV)/.installed: $(UV) $(DISTRIBUTIONS) requirements-own.txt requirements-dev.txt
+	$(UV_INSTALL) --python $(BIN)/python -r requirements-dev.txt
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -r requirements-own.txt
+	$(UV) pip check --quiet --python $(BIN)/python || { echo "requirements-dev.txt lacks what a distribution needs: make lock" >&2; exit 1; }
+	touch $@
 
-$(SAM_VENV)/.installed: requirements-sam.txt
-	$(PYTHON) -m venv $(SAM_VENV)
-	$(SAM_BIN)/python -m pip install --quiet --upgrade pip
-	$(SAM_BIN)/python -m pip install --quiet -r requirements-sam.txt
+setup: $(VENV)/.installed ## create .venv from the locks: the product, its tools (editable) and the dev tools
+
+$(SAM_VENV)/.installed: $(UV) requirements-sam.txt
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(SAM_VENV)
+	$(UV_INSTALL) --python $(SAM_BIN)/python -r requirements-sam.txt
 	touch $@
 
 sam-setup: $(SAM_VENV)/.installed ## create .venv-sam with the SAM CLI and cfn-lint
 
-$(SCAN_VENV)/.installed: requirements-checkov.txt
-	$(PYTHON) -m venv $(SCAN_VENV)
-	$(SCAN_BIN)/python -m pip install --quiet --upgrade pip
-	$(SCAN_BIN)/python -m pip install --quiet -r requirements-checkov.txt
+$(SCAN_VENV)/.installed: $(UV) requirements-checkov.txt
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(SCAN_VENV)
+	$(UV_INSTALL) --python $(SCAN_BIN)/python -r requirements-checkov.txt
 	touch $@
+
+# The locks, each compiled from the X.in beside it by uv with every file's hash. What
+# the Lambda runtime loads is resolved for its platform (CPython 3.12 on x86_64 Linux)
+# whatever machine locks: the layer (less the AWS SDK the runtime brings, which it
+# installs without), each function's requirements.in and sam-local's runtime stand-in.
+# The dev tools' locks hold for any platform and Python 3.11 or later.
+COMPILE      = $(UV) pip compile --quiet --generate-hashes --custom-compile-command "make lock" $(ARGS)
+LAMBDA       := --python-platform x86_64-manylinux2014 --python-version 3.12
+TOOLS        := --universal --python-version 3.11
+RUNTIME_SDK  := boto3 botocore s3transfer jmespath urllib3 python-dateutil six
+OWN          := seckill seckill-ops seckill-local seckill-demo seckill-bench
+LAMBDA_LOCKS := $(patsubst %.in,%.txt,$(wildcard functions/*/requirements.in)) scripts/sam_local/standin/requirements.txt
+
+lock: $(UV) ## compile every lock again from its .in (X.in -> X.txt, hashed); ARGS=--upgrade takes the newest releases
+	$(COMPILE) $(TOOLS) requirements-uv.in -o requirements-uv.txt
+	$(COMPILE) $(TOOLS) requirements-dev.in -o requirements-dev.txt $(addprefix --no-emit-package ,$(OWN))
+	$(COMPILE) $(TOOLS) requirements-sam.in -o requirements-sam.txt
+	$(COMPILE) $(TOOLS) requirements-checkov.in -o requirements-checkov.txt
+	$(COMPILE) $(LAMBDA) layers/requirements.in -o layers/requirements.txt $(addprefix --no-emit-package ,$(RUNTIME_SDK))
+	$(foreach lock,$(LAMBDA_LOCKS),$(COMPILE) $(LAMBDA) $(lock:.txt=.in) -o $(lock) &&) true
 
 # checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
 validate: sam-setup $(SCAN_VENV)/.installed ## the templates: SAM's transform, sam validate --lint, cfn-lint and checkov (template.yaml, edge/waf.yaml)
@@ -92,7 +120,7 @@ $(FAUXQS)/node_modules/.package-lock.json: $(FAUXQS)/package-lock.json
 	npm ci --prefix $(FAUXQS) --no-audit --no-fund --loglevel=error
 
 $(VENV)/.bench-installed: $(VENV)/.installed benchmarks/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ./benchmarks
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e ./benchmarks
 	touch $@
 
 bench-setup: setup $(VENV)/.bench-installed $(FAUXQS)/node_modules/.package-lock.json ## install the benchmarks (editable) and their SQS stand-in (fauxqs on Node.js 22)

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ from typing import Any
 
 import boto3
 import pytest
+from packaging.utils import canonicalize_name
 
 from seckill.edge.state import EdgeState
 from seckill.infra import keys
@@ -31,6 +33,7 @@ from seckill_local.checkout import ROOT
 from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.template import Template
 from tests.helpers import body, closed_port, db_rows, load_event, new_user
+from tests.locks import pins
 
 ARTIFACT = ROOT / ".aws-sam" / "build"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
@@ -147,6 +150,24 @@ def test_layer_leaves_the_sdk_to_the_runtime(layer_dir: Path) -> None:
     # What the layer must bring itself.
     for name in ("aws_lambda_powertools", "aws_xray_sdk", "redis", "hiredis", "pymysql", "pydantic", "pydantic_core"):
         assert (python / name).is_dir(), name
+
+
+def frozen(folder: Path) -> dict[str, str]:
+    """``pip freeze`` of the distributions installed in the folder: name (normalized) -> version."""
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "pip", "freeze", "--path", str(folder)], capture_output=True, text=True, check=True
+    )
+    return {canonicalize_name(name): version for name, version in (line.split("==") for line in done.stdout.split())}
+
+
+def test_the_layer_and_every_function_hold_exactly_their_locks(
+    built: Template, template: Template, layer_dir: Path
+) -> None:
+    assert frozen(layer_dir / "python") == pins(ROOT / "layers" / "requirements.txt")
+    for logical_id, fn in built.functions.items():
+        lock = template.functions[logical_id].code_uri / "requirements.txt"
+        assert frozen(fn.code_uri) == (pins(lock) if lock.is_file() else {}), logical_id
+    assert "awscrt" in frozen(built.functions["EdgePublisherFunction"].code_uri)
 
 
 # --- each handler, from the artifact alone ----------------------------------------------------

@@ -368,7 +368,7 @@ def test_alarms(data: dict[str, Any]) -> None:
 
 def sam_policy_templates() -> dict[str, list[str]]:
     """SAM's policy templates (name -> the actions it grants), from SAM's translator
-    (requirements-dev.txt pins the version the SAM CLI does)."""
+    (requirements-dev.in pins the version the SAM CLI does)."""
     document = importlib.resources.files("samtranslator") / "policy_templates_data" / "policy_templates.json"
     templates = json.loads(document.read_text(encoding="utf-8"))["Templates"]
     return {

@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.lambda_context import build_lambda_context_model
-from aws_lambda_powertools.logging.logger import _is_cold_start
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def is_cold_start() -> bool:
+    """Powertools' rule for an environment's first invocation: cold, unless provisioned
+    concurrency initialized it ahead of any request (Lambda says so in this variable)."""
+    return os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") != "provisioned-concurrency"
 
 
 class LogContext(logging.Filter):
@@ -37,8 +43,7 @@ class LogContext(logging.Filter):
 
         @functools.wraps(handler)
         def run(event: dict[str, Any], context: Any) -> Any:
-            # Powertools' cold-start rule, asked once: every later invocation is warm.
-            cold_start = self._first and _is_cold_start()
+            cold_start = self._first and is_cold_start()
             self._first = False
             self._pending = (event, context, cold_start)
             try:

@@ -10,11 +10,14 @@ traces, it is Powertools' Tracer with the X-Ray recorder, as before.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator, Generator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Tracer
+from aws_lambda_powertools.shared import constants
+from aws_lambda_powertools.shared.functions import resolve_truthy_env_var_choice
 from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 
 
@@ -64,9 +67,18 @@ class Untraced(BaseProvider):
         pass
 
 
+def tracing_disabled() -> bool:
+    """Powertools' rule for when its Tracer traces nothing, from the same variables: disabled
+    by ``POWERTOOLS_TRACE_DISABLED``, or outside Lambda, or in SAM's or Chalice's local
+    emulation, where no X-Ray daemon listens. (Powertools' own check is private to it.)"""
+    if resolve_truthy_env_var_choice(env=os.getenv(constants.TRACER_DISABLED_ENV, "false")):
+        return True
+    in_lambda = bool(os.getenv(constants.LAMBDA_TASK_ROOT_ENV))
+    return not in_lambda or bool(os.getenv(constants.SAM_LOCAL_ENV) or os.getenv(constants.CHALICE_LOCAL_ENV))
+
+
 def tracer(patch_modules: Sequence[str] | None = None) -> Tracer:
     """Powertools' Tracer (patching ``patch_modules`` when it traces); untraced by Powertools' own rule."""
-    # Powertools' check itself (environment only), so the two can never disagree on when to trace.
-    if Tracer._is_tracer_disabled():
+    if tracing_disabled():
         return Tracer(disabled=True, provider=Untraced(), patch_modules=patch_modules)
     return Tracer(patch_modules=patch_modules)
