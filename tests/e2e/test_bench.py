@@ -114,6 +114,14 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
     for target in report["targets"]:  # a miss says why, from the same report
         assert bool(target["why"]) is (target["met"] is False), target
-    for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain", "edge"):
+    for png in (
+        "experiment_throughput",
+        "experiment_latency",
+        "transport",
+        "request_path",
+        "persister_drain",
+        "edge",
+        "draw",
+    ):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     assert "Targets" in done.stdout
