@@ -9,6 +9,8 @@
   cold          (5) each function's fresh-process init vs its libraries' bare imports; peak RSS
   edge          (6) a sold-out voucher's refused presses: the local edge vs the local API without it
                 vs an HTTP round trip to Node.js; a state change's way to the edge's answer
+  draw          (7) a draw's press (its pass verified, its ticket below the cursor) vs a race's,
+                accepted and duplicate; the pass check alone
 
 Everything runs on this machine: the local Redis and MySQL (shared; the run makes
 its own database and keys and removes them), and an SQS stand-in of its own (fauxqs
@@ -38,12 +40,12 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import cold_start, edge, experiment, persister, request_path, targets, transport
+from benchmarks import cold_start, draw, edge, experiment, persister, request_path, targets, transport
 from benchmarks.servers import SERVERS, STAND_INS
 from benchmarks.testbed import BenchStack, StackInfo
 from seckill_local.checkout import ROOT
 
-SECTIONS = ("experiment", "transport", "path", "persister", "cold", "edge")
+SECTIONS = ("experiment", "transport", "path", "persister", "cold", "edge", "draw")
 BOUNDS = [
     "2 shared cores: load generator, handlers, Redis, MySQL and the SQS stand-in all compete for them; compare "
     "ratios measured side by side, not absolute figures.",
@@ -67,6 +69,7 @@ class Profile:
     cold_repeats: int
     cold_functions: tuple[str, ...] | None  # None: every function
     edge: edge.Sizes
+    draw: draw.Sizes
 
 
 PROFILES = {
@@ -80,6 +83,7 @@ PROFILES = {
         7,
         None,
         edge.Sizes(presses=3000, concurrency=8, rounds=3, changes=20),
+        draw.Sizes(presses=1000, rounds=5, verifies=20_000),
     ),
     "quick": Profile(
         experiment.Sizes(300, 3, 60, 3000, (4, 8), inflight=12, mysql_pool=4, rounds=2),
@@ -91,6 +95,7 @@ PROFILES = {
         3,
         None,
         edge.Sizes(presses=1000, concurrency=8, rounds=2, changes=10),
+        draw.Sizes(presses=300, rounds=3, verifies=5000),
     ),
     "smoke": Profile(
         experiment.Sizes(30, 3, 6, 100, (2,), inflight=2, mysql_pool=1, rounds=1),
@@ -102,6 +107,7 @@ PROFILES = {
         1,
         ("SeckillApiFunction",),
         edge.Sizes(presses=40, concurrency=2, rounds=1, changes=2),
+        draw.Sizes(presses=20, rounds=1, verifies=100),
     ),
 }
 
@@ -218,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         if "edge" in args.only:
             _progress("edge: refused presses at the edge vs the API without it vs Node's floor; the state's way")
             out["edge"] = _in_child(edge.run, stack.info, profile.edge)
+        if "draw" in args.only:
+            _progress("draw: a draw's press (pass and cursor) vs a race's, side by side; the pass check alone")
+            out["draw"] = _in_child(draw.run, stack.info, profile.draw)
     finally:
         stack.close()
     out["targets"] = targets.targets(out)

@@ -171,6 +171,26 @@ def _edge(edge: dict[str, Any], out: Path) -> list[Path]:
     return [_save(fig, out / "edge.png")]
 
 
+def _draw(draw_report: dict[str, Any], out: Path) -> list[Path]:
+    by = {(r["kind"], r["mode"]): r for r in draw_report["results"]}
+    kinds = list(dict.fromkeys(k for k, _ in by))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, field, name in zip(axes, ("p50_us", "p99_us"), ("p50", "p99"), strict=True):
+        for i, mode in enumerate(("race", "draw")):
+            ax.bar([x + (i - 0.5) * 0.38 for x in range(len(kinds))], [by[(k, mode)][field] for k in kinds], 0.38)
+            ax.containers[-1].set_label(mode)
+        ax.set_xticks(range(len(kinds)), kinds)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{name} µs per press (log)")
+        ax.set_title(name)
+        ax.legend()
+    fig.suptitle(
+        f"A draw's press (pass verified, ticket below the cursor) vs a race's; the pass check alone "
+        f"{draw_report['verify_us']:.1f} µs"
+    )
+    return [_save(fig, out / "draw.png")]
+
+
 def plot(report: dict[str, Any], out: Path) -> list[Path]:
     """Every plot the report has data for; returns their paths."""
     made: list[Path] = []
@@ -181,6 +201,7 @@ def plot(report: dict[str, Any], out: Path) -> list[Path]:
         ("persister", _persister),
         ("cold_start", _cold_start),
         ("edge", _edge),
+        ("draw", _draw),
     ):
         if section in report:
             made.extend(draw(report[section], out))

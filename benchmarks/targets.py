@@ -173,6 +173,20 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 f"imported beyond its libraries: {beyond}",
             )
         )
+    draws = {(r["kind"], r["mode"]): r for r in report.get("draw", {}).get("results", [])}
+    if ("accepted", "draw") in draws:
+        accepted, race = draws[("accepted", "draw")], draws[("accepted", "race")]
+        found.append(
+            _target(
+                "accepted press, draw (pass and cursor) vs race: handler p50 (issue 25)",
+                accepted["vs_race"]["p50_us"],
+                1.2,
+                False,
+                "x",
+                f"draw {accepted['p50_us']:,.0f} µs, race {race['p50_us']:,.0f} µs; the pass check alone "
+                f"{report['draw']['verify_us']:.1f} µs",
+            )
+        )
     return found
 
 
@@ -331,7 +345,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         console.print(table)
     if "edge" in report:
         _print_edge(report["edge"], console)
-    table = Table(title="Targets (issue 8)")
+    if "draw" in report:
+        _print_draw(report["draw"], console)
+    table = Table(title="Targets (issues 8 and 25)")
     for col in ("target", "goal", "measured", "", "by"):
         table.add_column(col, justify="left" if col == "target" else "right")
     for t in report.get("targets", []):
@@ -394,4 +410,30 @@ def _print_edge(edge: dict[str, Any], console: Console) -> None:
         "not CloudFront (no viewer network, no edge location); the state's way ends at the store in the edge's "
         "own process, so it leaves out the KeyValueStore's propagation to the edge locations, for which AWS "
         "gives no figure."
+    )
+
+
+def _print_draw(draw: dict[str, Any], console: Console) -> None:
+    table = Table(
+        title="(7) A draw's press against a race's: SeckillApiFunction's handler, one process, one press at a time, "
+        "taking turns (µs, medians of rounds)"
+    )
+    for col in ("press", "admission", "p50 µs", "p99 µs", "p50 µs without SQS", "draw / race p50", "draw / race p99"):
+        table.add_column(col, justify="left" if col in {"press", "admission"} else "right")
+    for r in draw["results"]:
+        ratios = r.get("vs_race")
+        table.add_row(
+            r["kind"],
+            r["mode"],
+            f"{r['p50_us']:,.1f}",
+            f"{r['p99_us']:,.1f}",
+            f"{r['p50_us_without_transport']:,.1f}",
+            f"{ratios['p50_us']:.2f}x" if ratios else "",
+            f"{ratios['p99_us']:.2f}x" if ratios else "",
+        )
+    console.print(table)
+    share = draw["verify_share_of_accepted"]
+    console.print(
+        f"the pass check alone (seckill.passes.verify of a valid pass): {draw['verify_us']:.1f} µs"
+        + (f", {share:.1%} of an accepted draw press's p50" if share is not None else "")
     )

@@ -103,7 +103,7 @@ class BenchStack:
         return cls(StackInfo(settings.redis_url, creds, server.endpoint, queues, transport), server)
 
     def close(self) -> None:
-        """Every voucher of the run's database loses its Redis keys (whichever process made
+        """Every voucher of the run's database loses its Redis keys, a draw's cursor too (whichever process made
         it), then the database goes; the SQS server stops."""
         self.server.stop()
         redis = redis_client(Settings.from_env({"REDIS_URL": self.info.redis_url}))
@@ -112,7 +112,7 @@ class BenchStack:
             with conn.cursor() as cursor:
                 cursor.execute("SELECT voucher_id FROM tb_seckill_voucher")
                 for row in cursor.fetchall():
-                    redis.delete(*keys.voucher_keys(int(row["voucher_id"])))
+                    redis.delete(*keys.gate_keys(int(row["voucher_id"])))
                 cursor.execute(f"DROP DATABASE IF EXISTS `{self.info.creds.database}`")
             conn.close()
 

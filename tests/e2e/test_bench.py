@@ -15,7 +15,7 @@ from seckill_local.checkout import ROOT
 
 pytestmark = pytest.mark.e2e
 
-SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge")
+SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge", "draw")
 
 
 def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
@@ -98,9 +98,30 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert all(c["ms"] > 0 for c in edge["state"]["changes"])
     assert "(6) A sold-out voucher's refused presses" in done.stdout
 
+    draw = report["draw"]
+    rows = {(r["kind"], r["mode"]): r for r in draw["results"]}
+    assert set(rows) == {(kind, mode) for kind in ("accepted", "duplicate") for mode in ("race", "draw")}
+    for (_, mode), row in rows.items():
+        assert row["p50_us"] > 0
+        assert row["p99_us"] >= row["p50_us"]
+        assert ("vs_race" in row) is (mode == "draw"), row
+    assert set(rows[("accepted", "draw")]["vs_race"]) == {"p50_us", "p99_us", "p50_us_without_transport"}
+    assert draw["verify_us"] > 0
+    assert draw["verify_share_of_accepted"] > 0
+    assert any("draw (pass and cursor) vs race" in t["target"] for t in report["targets"])
+    assert "(7) A draw's press against a race's" in done.stdout
+
     assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
     for target in report["targets"]:  # a miss says why, from the same report
         assert bool(target["why"]) is (target["met"] is False), target
-    for png in ("experiment_throughput", "experiment_latency", "transport", "request_path", "persister_drain", "edge"):
+    for png in (
+        "experiment_throughput",
+        "experiment_latency",
+        "transport",
+        "request_path",
+        "persister_drain",
+        "edge",
+        "draw",
+    ):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     assert "Targets" in done.stdout
