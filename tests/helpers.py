@@ -383,17 +383,19 @@ def stocks(db: Database, redis: Any, voucher_id: int) -> tuple[int, int]:
 def fresh(template: Template, logical_id: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
     """The function's module imported afresh, as the runtime would, with these variables;
     the suite's own import stays what ``handlers`` returns."""
-    # Imported once as the suite imports it first: every module it needs is then in
-    # sys.modules for good, and the fresh import below adds only the function's own. A
-    # library module imported only inside the copy would be imported again later, its
-    # classes then two classes (an event handler's Response no longer its Response).
-    load_handler(template.functions[logical_id])
+    modules = dict(sys.modules)
     with monkeypatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        patch.setattr(sys, "modules", dict(sys.modules))
+        patch.setattr(sys, "modules", modules)
         handler = load_handler(template.functions[logical_id])
-        return sys.modules[handler.__module__]
+    # A library this import brought in for the first time stays imported: imported again
+    # later, its classes would be two classes (an event handler's Response no longer the
+    # Response it checks for).
+    for name, module in modules.items():
+        if name != handler.__module__:
+            sys.modules.setdefault(name, module)
+    return modules[handler.__module__]
 
 
 def sqs_record(body: str, sample: str, message_id: str | None = None) -> dict[str, Any]:
