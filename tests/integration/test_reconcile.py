@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from seckill.ids import SEQUENCE_MASK, next_order_id
+from seckill.ids import LEASE_GAP, SEQUENCE_MASK, next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.errors import Refusal, SeckillError
@@ -384,7 +384,8 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     gate: Gate, db: Database, redis: Any, scripts: Scripts, make_voucher: Callable
 ) -> None:
     """A restart resets ``icr:order:<day>`` to nothing: ids made in the same second
-    would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
+    would repeat stored ones, or those of blocks containers still hold. Recovery puts
+    the counter back a lease gap above MySQL's largest."""
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, redis, voucher_id)
     persist_order(db, redis, gate.scripts, reservation)
@@ -392,11 +393,11 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     before = int(redis.get(key))
     try:
         redis.delete(key)
-        assert restore_order_counter(db, scripts) >= order_id & SEQUENCE_MASK
-        assert int(redis.get(key)) >= order_id & SEQUENCE_MASK
-        # Never lowered: a counter already past MySQL stays where it is.
-        redis.set(key, before + 1000)
-        assert restore_order_counter(db, scripts) == before + 1000
+        assert restore_order_counter(db, scripts) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
+        assert int(redis.get(key)) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
+        # Never lowered: a counter already past the gap stays where it is.
+        redis.set(key, before + 2 * LEASE_GAP)
+        assert restore_order_counter(db, scripts) == before + 2 * LEASE_GAP
     finally:
         redis.set(key, max(before, int(redis.get(key) or 0)))
     assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK
