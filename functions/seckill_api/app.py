@@ -93,7 +93,9 @@ def place(event: dict[str, Any]) -> int | Refusal:
     a service that cannot answer, raises the error that answers it."""
     user_id = user_of(event)
     voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
-    return orders.place_order(gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds)
+    return orders.place_order(
+        gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds, edge=edge
+    )
 
 
 def press(event: dict[str, Any]) -> dict[str, Any]:

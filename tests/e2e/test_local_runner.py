@@ -503,7 +503,7 @@ def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
 ) -> None:
     url = queues["OrderQueue"]
     voucher_id = make_voucher(stock=5)
-    good = [accept(gate, redis, voucher_id, new_user()) for _ in range(3)]
+    good = [accept(gate, voucher_id, new_user()) for _ in range(3)]
     for message in good[:2]:
         sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
     bad_id = sqs.send_message(QueueUrl=url, MessageBody='{"orderId": "not a number"}')["MessageId"]
@@ -604,7 +604,7 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
     waiting = delayed()
     voucher = on_sale(3).model_copy(update={"hold_seconds": MIN_HOLD_SECONDS})
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
-    message = accept(gate, redis, voucher_id, new_user())
+    message = accept(gate, voucher_id, new_user())
     sqs.send_message(QueueUrl=queues["OrderQueue"], MessageBody=message.to_json())
     pools = {logical_id: runner.pool(logical_id, 1) for logical_id in feeds}
     feeders = {

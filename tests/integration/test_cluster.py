@@ -170,7 +170,7 @@ def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: 
     gate = Gate(cluster, scripts, refusal_cache_seconds=0)
     voucher = on_sale(stock=3)
     voucher_ids = [create_seckill_voucher(db, cluster, voucher) for _ in range(4)]
-    messages = [accept(gate, cluster, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
+    messages = [accept(gate, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
     for m in messages:
         hints.write_pending(cluster, m, 60)
     assert len({cluster.keyslot(keys.pending(v)) for v in voucher_ids}) > 1

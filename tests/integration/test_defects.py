@@ -212,7 +212,7 @@ def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
     A bad record in a batch is reported alone in batchItemFailures; the good records of that
     batch are confirmed, and a later batch is still processed."""
     voucher_id = make_voucher(stock=5)
-    first, second, later = (accept(gate, redis, voucher_id) for _ in range(3))
+    first, second, later = (accept(gate, voucher_id) for _ in range(3))
     send(sqs, queue_url, first.to_json(), MALFORMED, second.to_json())
 
     done, failed = poll(queue_url)
@@ -253,7 +253,7 @@ def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     The function died after attaching the order id, before the send and before any 202:
     reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, redis, voucher_id, promise=False)  # ...and nothing was sent
+    message = accept(gate, voucher_id, promise=False)  # ...and nothing was sent
 
     result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id, drained=False)
 
@@ -291,7 +291,7 @@ def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drain
     """D7: the original wrote Redis and MySQL separately and never compensated a failure
     between the two, so they stayed apart."""
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
+    message = accept(gate, voucher_id)
     queue = OrderQueue(sqs, queue_url)
     queue.send(message)
     redis.set(keys.stock(voucher_id), 9)  # drifted

@@ -104,7 +104,7 @@ def test_one_claim_per_change_under_concurrent_claimers(
         return [c for c in claims if c is not None]
 
     (first,) = race()
-    accept(gate, redis, voucher_id)  # the last unit
+    accept(gate, voucher_id)  # the last unit
     (second,) = race()
     assert (first.sold_out, second.sold_out) == (False, True)
     assert second.v > first.v
@@ -221,7 +221,7 @@ def test_the_persister_notices_each_voucher_of_its_batch(
     queues: dict[str, str],
 ) -> None:
     voucher_id = voucher(stock=2)
-    orders = [accept(gate, redis, voucher_id) for _ in range(2)]
+    orders = [accept(gate, voucher_id) for _ in range(2)]
     persister = fresh(
         template,
         "OrderPersisterFunction",

@@ -55,7 +55,7 @@ def win(
     whose function died before it had an order id (its reservation, None)."""
     if not attach:
         return gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex), None
-    message = accept(gate, redis, voucher_id, user_id)
+    message = accept(gate, voucher_id, user_id)
     return message, message.order_id
 
 
@@ -87,7 +87,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     answered 202, so the order is failed (a late copy could never confirm it) and
     the unit goes back on sale."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, redis, voucher_id, promise=False)
+    message = accept(gate, voucher_id, promise=False)
 
     result = run(voucher_id)
     assert result.failed == [str(message.order_id)]
@@ -331,7 +331,7 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
             if isinstance(reservation, Refusal):
                 outcomes.append(reservation.code)
                 continue
-            outcomes.append(persist_order(db, redis, gate.scripts, accepted(gate, redis, reservation)).status)
+            outcomes.append(persist_order(db, redis, gate.scripts, accepted(gate, reservation)).status)
         return outcomes
 
     looping = threading.Thread(target=reconcile_loop)
@@ -410,7 +410,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
     the rebuild counted their units as unsold, new buyers got 202s, and after the
     replay the earlier 202s ended FAILED SOLD_OUT: more 202s than stock."""
     voucher_id = make_voucher(stock=3)
-    stored, dead = accept(gate, redis, voucher_id), accept(gate, redis, voucher_id)
+    stored, dead = accept(gate, voucher_id), accept(gate, voucher_id)
     persist_order(db, redis, gate.scripts, stored)
     sqs.send_message(QueueUrl=queues["OrderDeadLetterQueue"], MessageBody=dead.to_json())
     lose_redis_state(redis, voucher_id)
@@ -428,7 +428,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
     finally:
         redis.set(keys.loaded(), 1)
 
-    late = accept(gate, redis, voucher_id)
+    late = accept(gate, voucher_id)
     assert gate.reserve(voucher_id, new_user(), uuid.uuid4().hex) == Refusal(409, "SOLD_OUT", "sold out")
     # The DLQ is replayed: every 202 is confirmed, none fails.
     decisions = [persist_order(db, redis, gate.scripts, m).status for m in (dead, late)]

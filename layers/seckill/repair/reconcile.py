@@ -12,7 +12,6 @@ Safe at any time, alongside live traffic, and any number of times in a row:
      duplicate;
    - failed (``NOT_QUEUED``) and released, if its order was never promised (the
      request answered 503 or died): a copy still on its way is then refused;
-   - released, if it has no order id: the request died before it could answer 202;
 3. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
@@ -119,14 +118,9 @@ def resolve_pending(
         mark = Mark.parse(value)
         if mark is not None and str(user).isdigit() and mark.accepted_ms <= older_than_ms:
             stale.append((int(user), mark))
-    decided = decided_orders(db, [m.order_id for _, m in stale if m.order_id is not None])
+    decided = decided_orders(db, [m.order_id for _, m in stale])
     for user_id, mark in stale:
-        reservation = Reservation(voucher_id, user_id, mark.token, mark.accepted_ms)
-        if mark.order_id is None:
-            # The request died before it had an order id to answer 202 with.
-            if gate.release(reservation):
-                result.released.append(user_id)
-            continue
+        reservation = Reservation(voucher_id, user_id, mark.token, mark.accepted_ms, mark.order_id)
         order = OrderMessage(mark.order_id, user_id, voucher_id, from_ms(mark.accepted_ms))
         if mark.order_id in decided:
             if gate.settle(voucher_id, user_id, mark.order_id):
