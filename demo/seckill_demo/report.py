@@ -306,7 +306,7 @@ def render(report: Report, console: Console | None = None) -> None:
     rec = report.reconciliation
     if rec is not None:
         table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
-        table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
+        table.add_row("reconciled: repaired", f"{rec.get('repaired', 0)}")
     table.add_row("re-delivered, changed nothing", f"{report.redelivered:,}")
     if report.holds is not None:
         h = report.holds

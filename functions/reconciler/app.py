@@ -62,7 +62,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     # rebuilds: bounds how long a lost or dead-lettered edge update lasts (docs/edge.md).
     edge_not_sent = edge.sweep(scripts, [v.voucher_id for v in result.vouchers])
     totals = {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
-    for name in ("rebuilt", "missing", "requeued", "failed", "released", "cleared", "drifted", "repaired"):
+    for name in ("rebuilt", "missing", "requeued", "failed", "cleared", "drifted", "repaired"):
         if totals[name]:
             metrics.add_metric(name=f"Reconcile{name.title()}", unit=MetricUnit.Count, value=totals[name])
     logger.info(

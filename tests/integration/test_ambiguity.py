@@ -306,7 +306,8 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     redis_proxy.drop_replies = 0
     assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
     held = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
-    assert held is not None and not held.promised
+    assert held is not None
+    assert not held.promised
 
     order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert order_id == held.order_id, "the retry resumed the order the lost reply left"

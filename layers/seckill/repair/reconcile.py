@@ -56,7 +56,6 @@ class VoucherReconciled:
     missing: bool = False  # lost from Redis: recovery's to rebuild
     requeued: list[str] = field(default_factory=list)  # order ids
     failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
-    released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
     drift: Restored | None = None
     repaired: bool = False
@@ -74,7 +73,6 @@ class Reconciled:
             "missing": sum(x.missing for x in v),
             "requeued": sum(len(x.requeued) for x in v),
             "failed": sum(len(x.failed) for x in v),
-            "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
             "drifted": sum(bool(x.drift and x.drift.drifted) for x in v),
             "repaired": sum(x.repaired for x in v),
