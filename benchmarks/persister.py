@@ -41,7 +41,6 @@ from benchmarks.servers import STAND_INS
 from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer
 from seckill import hints
-from seckill.ids import next_order_id
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database, connect
@@ -93,15 +92,14 @@ class Persisting:
         self.counters = Counters(connect(info.creds), self.redis)
 
     def placed_orders(self, voucher_id: int, n: int) -> list[OrderMessage]:
-        """n orders as the API leaves them: reserved by the gate, id attached, hint written, promised."""
+        """n orders as the API leaves them: reserved by the gate with their ids, hint written, promised."""
         messages = []
         base = far_id()
         for i in range(n):
             reservation = self.gate.reserve(voucher_id, base + i, uuid.uuid4().hex)
             if not isinstance(reservation, Reservation):
                 raise RuntimeError(f"voucher {voucher_id}: the gate refused an order to persist: {reservation}")
-            order_id = next_order_id(self.redis)
-            self.gate.attach(reservation, order_id)
+            order_id = reservation.order_id
             m = OrderMessage(order_id, base + i, voucher_id, datetime.fromtimestamp(reservation.accepted_ms / 1e3, UTC))
             hints.write_pending(self.redis, m, 900)
             self.gate.promise(voucher_id, m.user_id, order_id)

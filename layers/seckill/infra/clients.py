@@ -118,13 +118,21 @@ def redis_client(settings: Settings) -> RedisClient:
 
 def sqs_client() -> Any:
     """boto3 honours AWS_ENDPOINT_URL_SQS, which points local runs at moto.
-    Few, quick attempts: the caller answers 503 rather than keep a user waiting."""
+    Few, quick attempts: the caller answers 503 rather than keep a user waiting.
+    No client-side parameter validation: every request is built by our own code
+    (OrderQueue, ExpiryQueue, StateQueue), and SQS validates it anyway; it was a
+    tenth of botocore's own time in a SendMessage (benchmarks/README.md)."""
     import boto3
     from botocore.config import Config
 
     return boto3.client(
         "sqs",
-        config=Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 3, "mode": "standard"}),
+        config=Config(
+            connect_timeout=2,
+            read_timeout=3,
+            retries={"max_attempts": 3, "mode": "standard"},
+            parameter_validation=False,
+        ),
     )
 
 
