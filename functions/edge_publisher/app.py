@@ -20,7 +20,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from seckill.edge.publisher import Published, Publisher, kvs_client
 from seckill.edge.state import EdgeState
+from seckill.infra import warmup
 from seckill.infra.config import Settings
+from seckill.infra.lazy import OnFirstUse
 
 logger = Logger()
 metrics = Metrics(namespace="Seckill")
@@ -28,7 +30,12 @@ warnings.filterwarnings("ignore", "No application metrics to publish", UserWarni
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 settings = Settings.from_env()
-publisher = Publisher(kvs_client(), settings.edge_kvs_arn)
+# Made at the first record, not at import: a boto3 session and this client (the service's
+# model, its endpoint rules, the SigV4A signer) were a quarter of the cold import
+# (benchmarks/README.md); provisioned and SnapStart containers make it at init.
+kvs = OnFirstUse(kvs_client)
+publisher = Publisher(kvs, settings.edge_kvs_arn)
+warmup.prepare(warmup.Connections(clients=[kvs]))
 
 COUNTED = {Published.WRITTEN: "EdgeStatesWritten", Published.STALE: "EdgeStatesStale"}
 

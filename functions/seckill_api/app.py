@@ -31,10 +31,11 @@ from seckill import holds, openapi, vouchers
 from seckill.edge.state import StateQueue
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, TryAgain, Unauthorized
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.logcontext import LogContext
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from seckill.infra.clients import OnFirstUse, RedisClient
+from seckill.infra.lazy import OnFirstUse
 
-if TYPE_CHECKING:  # the authorizer uses no database: it must not import pymysql
+if TYPE_CHECKING:  # the authorizer uses no database, the edge publisher neither Redis nor MySQL
+    from seckill.infra.clients import RedisClient
     from seckill.infra.db import Database
 
 log = logging.getLogger(__name__)
