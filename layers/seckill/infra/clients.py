@@ -121,8 +121,8 @@ def sqs_client() -> Any:
     """boto3 honours AWS_ENDPOINT_URL_SQS, which points local runs at moto.
     Few, quick attempts: the caller answers 503 rather than keep a user waiting.
     No client-side parameter validation: every request is built by our own code
-    (OrderQueue, ExpiryQueue, StateQueue), and SQS validates it anyway; it was a
-    tenth of botocore's own time in a SendMessage (benchmarks/README.md)."""
+    (OrderQueue, ExpiryQueue, StateQueue), and SQS validates it anyway (what each
+    part of a send costs: benchmarks/README.md)."""
     import boto3
     from botocore.config import Config
 
