@@ -136,7 +136,11 @@ class Paths:
             answers = []
             for u, t in zip(users, tokens, strict=True):
                 order_id = next_order_id(self.bare) if id_first else block.take()
-                answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t, order_id))
+                try:
+                    answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t, order_id))
+                except redis_py.exceptions.NoScriptError:  # another client of the shared Redis flushed it
+                    self.bare.script_load(read_script("gate"))
+                    answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t, order_id))
             return answers
 
         return evalsha
