@@ -201,8 +201,9 @@ def test_functions_using_a_secret_may_read_it_and_no_other_may(template: Templat
         uses = {
             "Redis": "redis_client(" in code,
             "MySQL": "Database.from_settings(" in code or "credentials(" in code,
-            # The pass key ring: the API signs and verifies passes, the publisher copies its keys.
-            "passes": "key_ring(" in code or "load_ring(" in code,
+            # The pass key ring: the API signs and verifies passes, the publisher copies its keys,
+            # the migrator puts the first ring.
+            "passes": "key_ring(" in code or "load_ring(" in code or "ensure_ring(" in code,
             "origin": "OriginCheck.from_env(" in code,
         }
         assert sorted(map(json.dumps, secrets_read(data, fn.logical_id))) == sorted(
