@@ -13,10 +13,12 @@ by command shows how many of them were script calls.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
+from redis.connection import AbstractConnection
 
 # Com_* counters worth showing per request; the total is Questions.
 MYSQL_KINDS = ("select", "insert", "update", "delete", "commit", "begin", "rollback", "set_option")
@@ -44,6 +46,23 @@ class Usage:
             "mysql": {k: round(v, 3) for k, v in self.mysql.items()},
             "redis": {k: round(v, 3) for k, v in self.redis.items()},
         }
+
+
+class RoundTrips:
+    """Redis round trips this process makes, counted where redis-py writes to a socket:
+    one write per command, one per pipeline (every command of it in one packet)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        send = AbstractConnection.send_packed_command
+
+        def counted(connection: AbstractConnection, command: Any, check_health: bool = True) -> None:
+            with self._lock:
+                self.count += 1
+            send(connection, command, check_health)
+
+        AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
 
 
 class Counters:

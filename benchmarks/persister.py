@@ -10,7 +10,10 @@ Contenders, each on a voucher of its own whose stock equals the rows it gets
   WHERE stock > 0`` + COMMIT;
 - ``raw_per_batch``: the same statements, one COMMIT per 10 rows;
 - ``raw_per_batch_merged``: per 10 rows one multi-row INSERT, one
-  ``UPDATE ... stock = stock - 10 WHERE stock >= 10`` and one COMMIT.
+  ``UPDATE ... stock = stock - 10 WHERE stock >= 10`` and one COMMIT;
+- ``raw_per_batch_send``: ``raw_per_batch``, then one bare boto3 (a default client)
+  ``SendMessageBatch`` of the batch's 10 delayed expiries to OrderExpiryQueue, as
+  the handler sends after COMMIT: the floor of what the handler does.
 
 Then the drain: N placed orders of one voucher stored by ``PersisterMaxConcurrency``
 warm ``OrderPersisterFunction`` containers (the local runner's), batches of 10;
@@ -36,12 +39,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import boto3
+
 from benchmarks.counters import Counters
 from benchmarks.servers import STAND_INS
 from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer
 from seckill import hints
-from seckill.ids import next_order_id
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database, connect
@@ -55,7 +59,9 @@ from seckill_local.template import Template
 
 BATCH = 10
 MOTO_DRAIN = 500  # orders; beyond that moto's ReceiveMessage, slower with every queued message, is all one measures
-CONTENDERS = ("handler", "raw_per_row", "raw_per_batch", "raw_per_batch_merged")
+CONTENDERS = ("handler", "raw_per_row", "raw_per_batch", "raw_per_batch_merged", "raw_per_batch_send")
+# Every order of a batch gets its expiry: the longest delay SQS takes, as for a hold of 15 minutes.
+EXPIRY_DELAY_S = 900
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,17 +97,18 @@ class Persisting:
         self.db = Database(info.creds)
         self.conn = connect(info.creds)
         self.counters = Counters(connect(info.creds), self.redis)
+        self.bare_sqs = boto3.client("sqs", endpoint_url=info.sqs_endpoint)
+        self.expiry_url = self.env["ORDER_EXPIRY_QUEUE_URL"]
 
     def placed_orders(self, voucher_id: int, n: int) -> list[OrderMessage]:
-        """n orders as the API leaves them: reserved by the gate, id attached, hint written, promised."""
+        """n orders as the API leaves them: reserved by the gate with their ids, hint written, promised."""
         messages = []
         base = far_id()
         for i in range(n):
             reservation = self.gate.reserve(voucher_id, base + i, uuid.uuid4().hex)
             if not isinstance(reservation, Reservation):
                 raise RuntimeError(f"voucher {voucher_id}: the gate refused an order to persist: {reservation}")
-            order_id = next_order_id(self.redis)
-            self.gate.attach(reservation, order_id)
+            order_id = reservation.order_id
             m = OrderMessage(order_id, base + i, voucher_id, datetime.fromtimestamp(reservation.accepted_ms / 1e3, UTC))
             hints.write_pending(self.redis, m, 900)
             self.gate.promise(voucher_id, m.user_id, order_id)
@@ -128,6 +135,12 @@ class Persisting:
         def rows(batch: list[OrderMessage]) -> list[tuple[Any, ...]]:
             return [(m.order_id, m.user_id, m.voucher_id, m.accepted_at.replace(tzinfo=None)) for m in batch]
 
+        def send_expiries(batch: list[OrderMessage]) -> None:
+            entries = [
+                {"Id": str(i), "MessageBody": m.to_json(), "DelaySeconds": EXPIRY_DELAY_S} for i, m in enumerate(batch)
+            ]
+            self.bare_sqs.send_message_batch(QueueUrl=self.expiry_url, Entries=entries)
+
         def raw() -> None:
             with self.conn.cursor() as cursor:
                 for batch in batches:
@@ -141,8 +154,10 @@ class Persisting:
                         cursor.execute(decrement, (1, voucher_id, 1))
                         if name == "raw_per_row":
                             self.conn.commit()
-                    if name == "raw_per_batch":
+                    if name in {"raw_per_batch", "raw_per_batch_send"}:
                         self.conn.commit()
+                    if name == "raw_per_batch_send":
+                        send_expiries(batch)
 
         return raw
 

@@ -8,8 +8,8 @@ Three contenders per kind of press:
   handler builds (Gate, OrderQueue, Database), without the HTTP layer;
 - ``evalsha``: a bare redis-py ``EVALSHA`` of the same gate script on a plain
   client: the floor, one Redis round trip;
-- ``id_before_gate`` (refusals only): the design not taken, the order id made
-  (one INCR) before the gate, so that every loser pays for it too.
+- ``id_before_gate`` (refusals only): an order id made by an INCR of its own before
+  the gate (not from the container's block), so that every press pays for it.
 
 Kinds of press: refused with the refusal cache off (SOLD_OUT from Redis),
 refused with the sold-out cache warm (no Redis at all), duplicate (the user
@@ -19,6 +19,8 @@ Contenders run side by side: in every round, those of a kind of press take turns
 of a twentieth of their requests each; each figure is the median of rounds. The
 clock covers the requests alone: their answers are checked once it has stopped
 (parsing the handler's JSON body is the client's work, not the handler's).
+Each contender's Redis round trips per request are counted in this process, where
+redis-py writes to its socket (``RoundTrips``: a pipeline is one).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 import redis as redis_py
 
-from benchmarks.counters import Counters
+from benchmarks.counters import Counters, RoundTrips
 from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
 from benchmarks.workers import CallTimer, outcome, press_event
 from seckill.ids import next_order_id
@@ -76,6 +78,7 @@ class Paths:
         fn = template.functions["SeckillApiFunction"]
         env = function_env(info, "SeckillApiFunction", template)
         self.timer = CallTimer().install()
+        self.round_trips = RoundTrips()
         # The same module twice, under two names: one with the refusal cache off, one as deployed.
         apply_env({**env, "SECKILL_REFUSAL_CACHE_SECONDS": "0"})
         self.handler_cold = load_handler(dataclasses.replace(fn, logical_id="SeckillApiFunctionCacheOff"))
@@ -124,16 +127,20 @@ class Paths:
                 orders.place_order(gate, self.redis, self.queue, self.db, voucher, u, status_ttl=self.ttl)
                 for u in users
             ]
-        names = keys.voucher_keys(voucher)
+        names = keys.gate_keys(voucher)
         tokens = [uuid.uuid4().hex for _ in users]
-        id_first = contender == "id_before_gate"  # the design not taken: every loser pays the INCR too
+        id_first = contender == "id_before_gate"  # an INCR of its own per press
+        block = self.gate_cold.ids
 
         def evalsha() -> list[Any]:
             answers = []
             for u, t in zip(users, tokens, strict=True):
-                if id_first:
-                    next_order_id(self.bare)
-                answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t))
+                order_id = next_order_id(self.bare) if id_first else block.take()
+                try:
+                    answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t, order_id, ""))
+                except redis_py.exceptions.NoScriptError:  # another client of the shared Redis flushed it
+                    self.bare.script_load(read_script("gate"))
+                    answers.append(self.bare.evalsha(self.gate_sha, len(names), *names, u, t, order_id, ""))
             return answers
 
         return evalsha
@@ -153,6 +160,7 @@ class Paths:
         size = max(1, n // TURNS)
         seconds = dict.fromkeys(contenders, 0.0)
         sends = dict.fromkeys(contenders, 0.0)
+        trips = dict.fromkeys(contenders, 0)
         usage: dict[str, dict[str, Any]] = {}
         for turn, start in enumerate(range(0, n, size)):
             count = min(size, n - start)
@@ -165,9 +173,11 @@ class Paths:
                     )
                 sent = self.timer.total
                 before = None if contender in usage else self.counters.snapshot()
+                tripped = self.round_trips.count
                 started = time.perf_counter()
                 answers = loop()
                 seconds[contender] += time.perf_counter() - started
+                trips[contender] += self.round_trips.count - tripped
                 sends[contender] += self.timer.total - sent
                 if before is not None:
                     usage[contender] = Counters.usage(before, self.counters.snapshot(), count).to_json()
@@ -182,6 +192,7 @@ class Paths:
             c: {
                 "us": seconds[c] / n * 1e6,
                 "us_without_transport": (seconds[c] - sends[c]) / n * 1e6,
+                "redis_round_trips": trips[c] / n,
                 "usage": usage[c],
             }
             for c in contenders
@@ -220,6 +231,7 @@ def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
                 "contender": contender,
                 "us": round(statistics.median(e["us"] for e in entries), 2),
                 "us_without_transport": round(statistics.median(e["us_without_transport"] for e in entries), 2),
+                "redis_round_trips": round(max(e["redis_round_trips"] for e in entries), 3),
                 "usage": min(entries, key=lambda e: e["usage"]["redis_commands"])["usage"],
             }
         )

@@ -313,7 +313,7 @@ def sell(db: Database, redis: Any, scripts: Scripts, gate: Gate) -> Iterator[Cal
         made.append(voucher_id)
         sold = []
         for _ in range(count):
-            m = accept(gate, redis, voucher_id)
+            m = accept(gate, voucher_id)
             hints.write_pending(redis, m, HINT_TTL)
             assert persist_order(db, redis, scripts, m).status == CONFIRMED
             sold.append(Hold(voucher_id, m.order_id, m.user_id))

@@ -29,7 +29,6 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from seckill.expiry import ExpiryMessage
-from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
@@ -37,7 +36,7 @@ from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue
 from seckill.persist.persistence import Decision, persist_orders
-from seckill.press.gate import ATTACHED, Gate, Reservation
+from seckill.press.gate import Gate, Reservation
 from seckill.repair.reconcile import VoucherReconciled, reconcile
 from seckill.repair.recovery import Recovery, recover_if_lost
 from seckill.vouchers import SeckillVoucherIn
@@ -139,20 +138,18 @@ def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
     return db.run(execute)
 
 
-def accept(
-    gate: Gate, redis: Any, voucher_id: int, user_id: int | None = None, *, promise: bool = True
-) -> OrderMessage:
-    """What the API does for a winner, short of the send: reserve, make the order id,
-    attach it, and (``promise``) mark it promised, as once its client is answered 202."""
+def accept(gate: Gate, voucher_id: int, user_id: int | None = None, *, promise: bool = True) -> OrderMessage:
+    """What the API does for a winner, short of the send: reserve (with the next order id
+    of the gate's block), and (``promise``) mark it promised, as once its client is
+    answered 202."""
     reservation = gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex)
     assert isinstance(reservation, Reservation), reservation
-    return accepted(gate, redis, reservation, promise=promise)
+    return accepted(gate, reservation, promise=promise)
 
 
-def accepted(gate: Gate, redis: Any, reservation: Reservation, *, promise: bool = True) -> OrderMessage:
+def accepted(gate: Gate, reservation: Reservation, *, promise: bool = True) -> OrderMessage:
     """``accept`` once the gate has reserved."""
-    order_id = next_order_id(redis)
-    assert gate.attach(reservation, order_id) == ATTACHED
+    order_id = reservation.order_id
     if promise:
         assert gate.promise(reservation.voucher_id, reservation.user_id, order_id)
     return OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))

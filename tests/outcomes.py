@@ -58,7 +58,7 @@ class Arena:
 
     def accept(self, voucher_id: int, user_id: int | None = None, *, promise: bool = True) -> OrderMessage:
         """A press answered 202, its PENDING hint written as the API does."""
-        return self.hint(accept(self.gate, self.redis, voucher_id, user_id, promise=promise))
+        return self.hint(accept(self.gate, voucher_id, user_id, promise=promise))
 
     def fabricate(self, voucher_id: int, user_id: int) -> OrderMessage:
         """A message the gate never saw (drift between Redis and MySQL, or a replay)."""

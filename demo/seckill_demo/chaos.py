@@ -293,8 +293,7 @@ class Chaos:
                 injected["api-crash-before-send"],
                 "no 202 was given: the user's next press resumes the reservation, or reconciliation fails "
                 "the order id (NOT_QUEUED) and frees the unit",
-                f"reconciliation failed {reconciled.get('failed', 0)}, released {reconciled.get('released', 0)}; "
-                f"{statuses[500]} answers 500",
+                f"reconciliation failed {reconciled.get('failed', 0)}; {statuses[500]} answers 500",
             ),
             Fault(
                 "persister crashed mid-batch",

@@ -237,6 +237,11 @@ def check_refused_on_sale(watch: EdgeWatch, within: float = REFUSED_ON_SALE_WITH
     )
 
 
+# Presses sent this long after the sell-out are counted apart: by then the flag should
+# be at the edge (the last unit's press sends it), so nearly all are answered there.
+SETTLED_S = 0.2
+
+
 def answered_at(press: Press, started: float) -> float:
     """When the press's answer came back, in seconds since the sale started."""
     return press.sent - started + press.latency_ms / 1000
@@ -253,6 +258,8 @@ def edge_figures(
     sellouts, returns = watch.episodes()
     sold_out_at = sellouts[0].at if sellouts else None
     after = [p for p in presses if sold_out_at is not None and p.sent - started >= sold_out_at]
+    # Time enough for the flag to reach the store: the press that sold the last unit sends it.
+    settled = [p for p in after if p.sent - started >= sold_out_at + SETTLED_S] if sold_out_at is not None else []
     first_edge = min((answered_at(p, started) for p in answered if p.code == "SOLD_OUT"), default=None)
     # The unit the flag is about: the 202 answered last before the edge first said SOLD_OUT
     # (without one, the first wave's last, to show when it sold out).
@@ -270,6 +277,8 @@ def edge_figures(
         "share_of_refusals": len(answered) / len(refusals) if refusals else 0.0,
         "share_after_sellout": sum(p.edge for p in after) / len(after) if after else 0.0,
         "presses_after_sellout": len(after),
+        "share_settled_after_sellout": sum(p.edge for p in settled) / len(settled) if settled else None,
+        "presses_settled_after_sellout": len(settled),
         "codes": dict(Counter(p.code or "" for p in answered)),
         "sold_out_at_s": sold_out_at,
         "last_202_at_s": last_202,

@@ -275,6 +275,11 @@ def edge_rows(table: Table, edge: dict[str, Any]) -> None:
         "edge: share of presses after sell-out",
         f"{edge['share_after_sellout']:.1%} of {edge['presses_after_sellout']:,}",
     )
+    if edge["share_settled_after_sellout"] is not None:
+        table.add_row(
+            "edge: share of presses sent 200 ms or more after sell-out",
+            f"{edge['share_settled_after_sellout']:.1%} of {edge['presses_settled_after_sellout']:,}",
+        )
     table.add_row("edge: SOLD_OUT lag (last 202 -> first at the edge)", ms(edge["flag_lag_ms"]))
     table.add_row(
         "edge: SOLD_OUT lag (Redis stock 0 -> the store), sell-outs",
@@ -360,7 +365,7 @@ def render(report: Report, console: Console | None = None) -> None:
     rec = report.reconciliation
     if rec is not None:
         table.add_row("reconciled: re-queued / failed", f"{rec.get('requeued', 0)} / {rec.get('failed', 0)}")
-        table.add_row("reconciled: released / repaired", f"{rec.get('released', 0)} / {rec.get('repaired', 0)}")
+        table.add_row("reconciled: repaired", f"{rec.get('repaired', 0)}")
         table.add_row(
             "reconciled: holds expired / units given back", f"{rec.get('expired', 0)} / {rec.get('returned', 0)}"
         )

@@ -23,9 +23,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.draw.moves import ClockMessage, ClockQueue, Tick, tick
 from seckill.edge.state import StateQueue
 from seckill.infra import tracing, warmup
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.lua_scripts import Scripts
 
 logger = Logger()

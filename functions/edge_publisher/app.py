@@ -23,14 +23,21 @@ from seckill import passes
 from seckill.edge import passkeys
 from seckill.edge.publisher import Publisher, kvs_client
 from seckill.edge.state import EdgeState, MalformedState, Sweep, parse_message
+from seckill.infra import warmup
 from seckill.infra.config import Settings
+from seckill.infra.lazy import OnFirstUse
 
 logger = Logger()
 metrics = Metrics(namespace="Seckill")
 warnings.filterwarnings("ignore", "No application metrics to publish", UserWarning)
 
 settings = Settings.from_env()
-publisher = Publisher(kvs_client(), settings.edge_kvs_arn)
+# Made at the first record, not at import: a boto3 session and this client (the service's
+# model, its endpoint rules, the SigV4A signer) were a quarter of the cold import
+# (benchmarks/README.md); provisioned and SnapStart containers make it at init.
+kvs = OnFirstUse(kvs_client)
+publisher = Publisher(kvs, settings.edge_kvs_arn)
+warmup.prepare(warmup.Connections(clients=[kvs]))
 
 # The `pass-keys` value this container last found or wrote in the store: a batch skips
 # the store's calls while the ring has not changed; the schedule's run always asks it.

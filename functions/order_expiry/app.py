@@ -26,9 +26,10 @@ from seckill.edge.state import StateQueue
 from seckill.expiry import ExpiryMessage, ExpiryNotSent, ExpiryQueue
 from seckill.holds import Expiry, expire
 from seckill.infra import tracing, warmup
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import Sent
 

@@ -26,9 +26,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.edge.state import StateQueue
 from seckill.expiry import ExpiryQueue
 from seckill.infra import tracing, warmup
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.lua_scripts import Scripts
 from seckill.persist.expiries import send_expiries
 from seckill.persist.poison import Decided, Failed, Poisoned, PoisonQueue, Taken, take_batch

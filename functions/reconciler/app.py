@@ -19,9 +19,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from seckill.draw.moves import ClockQueue, restart_stalled
 from seckill.edge.state import StateQueue
 from seckill.infra import tracing
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue, queue_depth
 from seckill.repair.reconcile import DEFAULT_PENDING_AGE, operator_pending_age, reconcile

@@ -34,10 +34,11 @@ from seckill.draw import entries, moves
 from seckill.edge.state import StateQueue
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
-from seckill.infra.clients import OnFirstUse, redis_client, sqs_client
+from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, TryAgain, Unauthorized
+from seckill.infra.lazy import OnFirstUse
 from seckill.infra.logcontext import LogContext
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
@@ -101,7 +102,15 @@ def place(event: dict[str, Any]) -> int | Refusal:
     voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
     ticket = pass_ticket(event.get("headers") or {}, voucher_id, user_id)
     return orders.place_order(
-        gate, redis, queue, db, voucher_id, user_id, status_ttl=settings.status_ttl_seconds, ticket=ticket
+        gate,
+        redis,
+        queue,
+        db,
+        voucher_id,
+        user_id,
+        status_ttl=settings.status_ttl_seconds,
+        ticket=ticket,
+        edge=edge,
     )
 
 

@@ -218,7 +218,7 @@ def send_watched(sqs: Any, operation: str, call: Callable[[], T]) -> tuple[Sent,
     only when no attempt could have stored anything.
     """
     # At each send rather than once, so that a client made on first use
-    # (seckill.infra.clients.OnFirstUse) is not made before it sends; the unique id keeps one hook.
+    # (seckill.infra.lazy.OnFirstUse) is not made before it sends; the unique id keeps one hook.
     sqs.meta.events.register(f"needs-retry.sqs.{operation}", _watch_attempt, unique_id=f"seckill-watch-{operation}")
     _send.watching, _send.in_doubt, _send.attempts = True, False, 0
     try:

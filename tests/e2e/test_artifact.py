@@ -139,7 +139,7 @@ def test_layer_carries_the_seckill_package(layer_dir: Path) -> None:
 def test_layer_carries_the_lua_scripts_byte_for_byte(layer_dir: Path) -> None:
     sources = {path.name: path.read_bytes() for path in (ROOT / "lua").glob("*.lua")}
     built_scripts = {path.name: path.read_bytes() for path in (layer_dir / "python" / "seckill" / "lua").glob("*.lua")}
-    assert {"gate.lua", "attach.lua", "release.lua", "settle.lua"} <= set(sources)
+    assert {"gate.lua", "promise.lua", "release.lua", "settle.lua"} <= set(sources)
     assert built_scripts == sources
 
 
@@ -345,18 +345,23 @@ def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
 
 
 def test_reconciler_from_the_artifact(invoke: Invoke, make_voucher: Callable[..., int], gate: Any, redis: Any) -> None:
-    """On schedule (2 minutes) it leaves a minute-old reservation alone; asked with 30 s it releases it."""
+    """On schedule (2 minutes) it leaves a minute-old reservation alone; asked with 30 s it
+    fails its order and releases it."""
     voucher_id, user = make_voucher(stock=2), new_user()
-    reservation = gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no order id
-    redis.hset(keys.pending(voucher_id), str(user), f"{reservation.accepted_ms - 60_000}:{reservation.token}")
+    reservation = gate.reserve(voucher_id, user, secrets.token_hex(8))  # then the function died: no 202
+    redis.hset(
+        keys.pending(voucher_id),
+        str(user),
+        f"{reservation.accepted_ms - 60_000}:{reservation.token}:{reservation.order_id}",
+    )
     scheduled, on_demand = invoke(
         "ReconcilerFunction", [load_event("reconciler_scheduled.json"), {"pendingAgeSeconds": 30}]
     )
     ours = [v for v in scheduled["vouchers"] if v["voucher_id"] == voucher_id]
     assert ours
-    assert ours[0]["released"] == []
+    assert ours[0]["failed"] == []
     (ours,) = [v for v in on_demand["vouchers"] if v["voucher_id"] == voucher_id]
-    assert ours["released"] == [user]
+    assert ours["failed"] == [str(reservation.order_id)]
     assert redis.get(keys.stock(voucher_id)) == "2"
     assert not redis.sismember(keys.buyers(voucher_id), user)
 

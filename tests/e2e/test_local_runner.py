@@ -30,11 +30,9 @@ import redis as redis_lib
 from botocore.exceptions import ClientError
 
 from seckill import vouchers
-from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
-from seckill.infra.timeutil import from_ms
-from seckill.messages import OrderMessage, queue_depth
+from seckill.messages import queue_depth
 from seckill.press.gate import Gate
 from seckill.tokens import store_tokens, user_for_token
 from seckill.vouchers import MIN_HOLD_SECONDS
@@ -47,7 +45,7 @@ from seckill_local.ports import free_port
 from seckill_local.runner import Runner
 from seckill_local.sqs import LOCAL_AWS, ensure_queues
 from seckill_local.template import Template
-from tests.helpers import EVENTS, closed_port, db_rows, drain, new_user, on_sale, signed, wait_for
+from tests.helpers import EVENTS, accept, closed_port, db_rows, drain, new_user, on_sale, signed, wait_for
 
 SECKILL_LOCAL = ROOT / ".venv" / "bin" / "seckill-local"
 
@@ -540,14 +538,6 @@ def persister_pool_without_poison_queue(runner: Runner) -> Iterator[FunctionPool
     pool.close()
 
 
-def accept(gate: Gate, redis: Any, voucher_id: int, user_id: int) -> OrderMessage:
-    """The gate's yes, as the API gives it (reserve, order id, attach)."""
-    reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
-    order_id = next_order_id(redis)
-    assert gate.attach(reservation, order_id)
-    return OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-
-
 def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
     persister_pool_without_poison_queue: FunctionPool,
     queues: dict[str, str],
@@ -559,7 +549,7 @@ def test_feeder_deletes_the_good_records_and_leaves_the_bad_one(
 ) -> None:
     url = queues["OrderQueue"]
     voucher_id = make_voucher(stock=5)
-    good = [accept(gate, redis, voucher_id, new_user()) for _ in range(3)]
+    good = [accept(gate, voucher_id, new_user(), promise=False) for _ in range(3)]
     for message in good[:2]:
         sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
     bad_id = sqs.send_message(QueueUrl=url, MessageBody='{"orderId": "not a number"}')["MessageId"]
@@ -661,7 +651,7 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
     waiting = delayed()
     voucher = on_sale(3).model_copy(update={"hold_seconds": MIN_HOLD_SECONDS})
     voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
-    message = accept(gate, redis, voucher_id, new_user())
+    message = accept(gate, voucher_id, new_user(), promise=False)
     sqs.send_message(QueueUrl=queues["OrderQueue"], MessageBody=message.to_json())
     pools = {logical_id: runner.pool(logical_id, 1) for logical_id in feeds}
     feeders = {
@@ -832,7 +822,7 @@ def test_seckill_local_schedule_once_runs_the_reconciler(
     reconciled, edge_noticed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert reconciled["function"] == edge_noticed["function"] == "ReconcilerFunction"
     assert reconciled["result"]["queueDrained"] is True
-    assert set(reconciled["result"]["totals"]) >= {"vouchers", "requeued", "released", "repaired"}
+    assert set(reconciled["result"]["totals"]) >= {"vouchers", "requeued", "failed", "repaired"}
     assert edge_noticed["result"] == {"edgeStatesSent": 0}  # its second schedule: the edge's notice
 
 

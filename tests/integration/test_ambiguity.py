@@ -31,7 +31,7 @@ from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import NOT_QUEUED, decide_orders
-from seckill.press.gate import TAKEN_OVER, Gate, Mark
+from seckill.press.gate import Gate, Mark, Reservation
 from seckill.press.orders import place_order
 from seckill.vouchers import stop_seckill_voucher
 from seckill_demo.proxy import FOREVER, LossyProxy
@@ -222,7 +222,6 @@ def test_a_refused_send_whose_release_fails_is_503_and_the_retry_resumes_the_sam
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert stranded is not None
-    assert stranded.order_id is not None
     assert not stranded.promised
 
     url = queues["OrderQueue"]
@@ -250,7 +249,6 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert stranded is not None
-    assert stranded.order_id is not None
 
     url = queues["OrderQueue"]
     result = reconcile_voucher(db, redis, OrderQueue(sqs, url), voucher_id)
@@ -261,7 +259,7 @@ def test_a_refused_send_whose_release_fails_and_no_retry_ends_with_no_order(
     assert not redis.sismember(keys.buyers(voucher_id), buyer)
 
 
-def test_a_release_that_fails_after_the_order_id_was_attached_logs_that_order_id(
+def test_a_release_that_fails_logs_the_reservations_order_id(
     lossy_redis: Any,
     db: Database,
     redis: Any,
@@ -271,16 +269,16 @@ def test_a_release_that_fails_after_the_order_id_was_attached_logs_that_order_id
     make_voucher: Callable[..., int],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Before: the log named the reservation with order_id=None."""
+    """The log names the order id the 503'd reservation still carries (the one the
+    user's next press resumes, or reconciliation fails)."""
     voucher_id, buyer = make_voucher(stock=2), new_user()
     with pytest.raises(SeckillError):
         place_order(lossy_gate, lossy_redis, refused_send_then_redis_gone, db, voucher_id, buyer, status_ttl=TTL)
     redis_proxy.come_back()
     stranded = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
     assert stranded is not None
-    assert stranded.order_id is not None
     (record,) = [r for r in caplog.records if r.getMessage().startswith("could not release reservation")]
-    assert f"order_id={stranded.order_id})" in record.getMessage()
+    assert f"order_id={stranded.order_id}," in record.getMessage()
 
 
 # --- 3. The gate ran but its reply was lost ----------------------------------------------------
@@ -297,7 +295,8 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     make_voucher: Callable[..., int],
 ) -> None:
     """Before: the retry was refused DUPLICATE_ORDER for the pending age plus a
-    reconcile period, while the user held no order."""
+    reconcile period, while the user held no order. The lost press's order id, which
+    its reservation carries, is the one the retry is answered with."""
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=2), new_user()
     lose_gate_replies(redis, redis_proxy, lossy_gate)
@@ -306,11 +305,49 @@ def test_a_lost_gate_reply_is_503_and_the_retry_succeeds_at_once(
     assert (lost.value.refusal.status, lost.value.refusal.code) == (503, "TRY_AGAIN")
     redis_proxy.drop_replies = 0
     assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
+    held = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert held is not None
+    assert not held.promised
 
     order_id = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    assert order_id == held.order_id, "the retry resumed the order the lost reply left"
     assert redis.get(keys.stock(voucher_id)) == "1", "the retry took the held unit over, not a second one"
     assert persist_all(sqs, url, db, lossy_redis, lossy_gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("1", 1)
+
+
+def test_the_order_id_of_a_lost_gate_reply_is_never_handed_to_another_press(
+    lossy_redis: Any,
+    db: Database,
+    redis: Any,
+    sqs: Any,
+    lossy_gate: Gate,
+    redis_proxy: LossyProxy,
+    queues: dict[str, str],
+    make_voucher: Callable[..., int],
+) -> None:
+    """The script may have reserved with the press's id (here it did): that id stays
+    out of the block, so another user's press cannot win with it too; a refused
+    press's id, which no reservation carries, serves the next press."""
+    url = queues["OrderQueue"]
+    voucher_id, sold_out, buyer = make_voucher(stock=2), make_voucher(stock=1), new_user()
+    first = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, sold_out, new_user(), status_ttl=TTL)
+    assert isinstance(first, int)
+    assert isinstance(
+        place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, sold_out, new_user(), status_ttl=TTL), Refusal
+    )
+    lose_gate_replies(redis, redis_proxy, lossy_gate)
+    with pytest.raises(SeckillError):
+        place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
+    redis_proxy.drop_replies = 0
+    held = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert held is not None
+    assert held.order_id & 0xFFFFFFFF == (first & 0xFFFFFFFF) + 1, "the refused press's id served the next"
+
+    other = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, new_user(), status_ttl=TTL)
+    assert isinstance(other, int)
+    assert other & 0xFFFFFFFF == (held.order_id & 0xFFFFFFFF) + 1, "the lost reply's id is not handed out again"
+    assert sorted(order_id for order_id, _ in persist_all(sqs, url, db, redis, lossy_gate)) == sorted([first, other])
 
 
 def test_an_unreachable_gate_is_503_and_nothing_is_held(
@@ -331,13 +368,17 @@ def test_an_unreachable_gate_is_503_and_nothing_is_held(
 def test_a_concurrent_second_press_of_the_same_user_never_gets_a_second_unit(
     db: Database, gate: Gate, redis: Any, sqs: Any, queues: dict[str, str], make_voucher: Callable[..., int]
 ) -> None:
-    """A press that takes over a live request's reservation leaves that request
-    unable to attach: it answers DUPLICATE_ORDER, and one order is made."""
+    """A press that takes over a live request's reservation sends that request's order
+    and is answered 202 with it; the slow request, if its send is refused, can no longer
+    give the unit back (its 503 is then about an order its user holds an id for), and
+    one order is made."""
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=3), new_user()
     slow = gate.reserve(voucher_id, buyer, uuid.uuid4().hex)  # a press still running
+    assert isinstance(slow, Reservation)
     order_id = place_order(gate, redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
-    assert gate.attach(slow, order_id + 1) == TAKEN_OVER  # the slow press answers 409
+    assert order_id == slow.order_id
+    assert gate.release(slow) is False  # the slow press's send refused: its release finds another token
     assert persist_all(sqs, url, db, redis, gate) == [(order_id, "CONFIRMED")]
     assert stocks(db, redis, voucher_id) == ("2", 2)
 
@@ -438,7 +479,7 @@ def nothing_held(redis: Any, voucher_id: int, user_id: int) -> bool:
 
 
 @pytest.mark.parametrize("close", CLOSES)
-def test_after_the_close_a_lost_gate_reply_is_released_and_the_press_is_ended(
+def test_after_the_close_a_lost_gate_reply_is_failed_released_and_the_press_is_ended(
     close: Callable[[Database, Any, int], None],
     lossy_redis: Any,
     db: Database,
@@ -450,7 +491,9 @@ def test_after_the_close_a_lost_gate_reply_is_released_and_the_press_is_ended(
     make_voucher: Callable[..., int],
 ) -> None:
     """Before: the press took the reservation over and was answered 202, and its order
-    was confirmed after the sale, while everyone else was answered ENDED."""
+    was confirmed after the sale, while everyone else was answered ENDED. The lost
+    press's order id was never sent, but nothing in Redis can tell: it is failed
+    NOT_QUEUED as any unpromised order, then its unit is released."""
     url = queues["OrderQueue"]
     voucher_id, buyer = make_voucher(stock=2), new_user()
     lose_gate_replies(redis, redis_proxy, lossy_gate)
@@ -458,23 +501,27 @@ def test_after_the_close_a_lost_gate_reply_is_released_and_the_press_is_ended(
         place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     redis_proxy.drop_replies = 0
     assert redis.get(keys.stock(voucher_id)) == "1", "the script ran: one unit is held"
+    held = Mark.parse(redis.hget(keys.pending(voucher_id), str(buyer)))
+    assert held is not None
     close(db, redis, voucher_id)
 
     answer = place_order(lossy_gate, lossy_redis, OrderQueue(sqs, url), db, voucher_id, buyer, status_ttl=TTL)
     assert answer == ENDED_ANSWER
     assert redis.get(keys.stock(voucher_id)) == "2", "the held unit is back"
     assert nothing_held(redis, voucher_id, buyer)
+    rejections = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", held.order_id)
+    assert rejections == [{"reason": NOT_QUEUED}]
     assert drain(sqs, url) == []
     assert confirmed(db, voucher_id) == []
 
 
 @pytest.fixture
 def sent_then_died(gate: Gate, redis: Any, sqs: Any, queues: dict[str, str]) -> Callable[[int, int], OrderMessage]:
-    """A press that attached its order id and sent it, then died before its promise and
-    its 202: an unpromised mark, and a copy of the order on the queue."""
+    """A press that reserved with its order id and sent it, then died before its promise
+    and its 202: an unpromised mark, and a copy of the order on the queue."""
 
     def press(voucher_id: int, user_id: int) -> OrderMessage:
-        message = accept(gate, redis, voucher_id, user_id, promise=False)
+        message = accept(gate, voucher_id, user_id, promise=False)
         assert OrderQueue(sqs, queues["OrderQueue"]).send(message) is Sent.SENT
         return message
 

@@ -24,7 +24,6 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from seckill import hints, holds
 from seckill.edge.state import claim
-from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
@@ -33,7 +32,7 @@ from seckill.infra.errors import Refusal
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderQueue
 from seckill.persist.persistence import Decision, persist_orders
-from seckill.press.gate import Gate
+from seckill.press.gate import Gate, Reservation
 from seckill.press.orders import place_order
 from seckill.vouchers import create_seckill_voucher, preload
 from tests.helpers import accept, closed_port, new_user, on_sale, wait_for
@@ -132,9 +131,10 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
             cluster.keyslot(keys.stock(voucher_id))
         }
         first, second, late = new_user(), new_user(), new_user()
+        # The order id's block comes from icr:order:*, in a slot of its own.
         reservation = gate.reserve(voucher_id, first, uuid.uuid4().hex)
-        order_id = next_order_id(cluster)  # icr:order:* lives in a slot of its own
-        assert gate.attach(reservation, order_id) == 1
+        assert isinstance(reservation, Reservation)
+        order_id = reservation.order_id
         assert gate.promise(voucher_id, first, order_id)
         gate.reserve(voucher_id, second, uuid.uuid4().hex)
         assert gate.reserve(voucher_id, late, uuid.uuid4().hex) == Refusal(409, "SOLD_OUT", "sold out")
@@ -170,7 +170,7 @@ def test_a_batch_is_written_back_across_slots_in_one_pipeline(cluster: Any, db: 
     gate = Gate(cluster, scripts, refusal_cache_seconds=0)
     voucher = on_sale(stock=3)
     voucher_ids = [create_seckill_voucher(db, cluster, voucher) for _ in range(4)]
-    messages = [accept(gate, cluster, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
+    messages = [accept(gate, voucher_id) for voucher_id in voucher_ids for _ in range(2)]
     for m in messages:
         hints.write_pending(cluster, m, 60)
     assert len({cluster.keyslot(keys.pending(v)) for v in voucher_ids}) > 1

@@ -61,13 +61,17 @@ def test_seckill_tokens_mints_users_into_redis_and_a_file(tmp_path: Path, redis:
     assert "5 tokens for users" in done.stdout
 
 
-def test_reconcile_command_releases_a_stale_reservation(
+def test_reconcile_command_fails_and_releases_a_stale_reservation(
     creds: Credentials, gate: Gate, redis: Any, make_voucher: Callable[..., int], queues: dict[str, str]
 ) -> None:
     voucher_id, user = make_voucher(stock=2), new_user()
-    reservation = gate.reserve(voucher_id, user, uuid.uuid4().hex)  # the request died before its order id
+    reservation = gate.reserve(voucher_id, user, uuid.uuid4().hex)  # the request died before its 202
     # ...a minute ago: older than the youngest age an operator may ask for.
-    redis.hset(keys.pending(voucher_id), str(user), f"{reservation.accepted_ms - 60_000}:{reservation.token}")
+    redis.hset(
+        keys.pending(voucher_id),
+        str(user),
+        f"{reservation.accepted_ms - 60_000}:{reservation.token}:{reservation.order_id}",
+    )
     env = service_env(creds, ORDER_QUEUE_URL=queues["OrderQueue"])
     done = run_python(
         "-m", "seckill_ops.reconcile", "--voucher", str(voucher_id), "--pending-age", "30", "--json", env=env
@@ -75,7 +79,7 @@ def test_reconcile_command_releases_a_stale_reservation(
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["queueDrained"] is True
-    assert result["totals"]["released"] == 1
+    assert result["totals"]["failed"] == 1
     assert redis.get(keys.stock(voucher_id)) == "2"
 
 

@@ -122,16 +122,15 @@ def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any
         return redis.eval(read_script(name), len(script_keys), *script_keys, *args)
 
     user, token, order_id = new_user(), uuid.uuid4().hex, next_order_id(redis)
-    code, now_ms, _ = run("gate", all_keys, user, token)
-    assert code == 0
+    code, now_ms, reserved, _ = run("gate", all_keys, user, token, order_id)
+    assert (code, reserved) == (0, str(order_id))
     assert now_ms > 0
     assert redis.get(stock) == "1"  # deducted: no `incyby`
-    assert run("attach", [pending], user, token, order_id) == 1
     assert run("promise", [pending], user, order_id) == 1
     assert run("settle", [pending], user, order_id) == 1
     other, other_token = new_user(), uuid.uuid4().hex
-    assert run("gate", all_keys, other, other_token)[0] == 0
-    assert run("gate", all_keys, new_user(), uuid.uuid4().hex)[0] == SOLD_OUT  # a numeric `stock <= 0`
+    assert run("gate", all_keys, other, other_token, order_id + 1)[0] == 0
+    assert run("gate", all_keys, new_user(), uuid.uuid4().hex, order_id + 2)[0] == SOLD_OUT  # a numeric `stock <= 0`
     assert run("release", [stock, buyers, pending], other, other_token) == 1
     assert redis.get(stock) == "1"
     begin, end = redis.hmget(window, "begin", "end")
@@ -212,7 +211,7 @@ def test_defect_consumer_dying_on_first_exception_fails_only_that_record(
     A bad record in a batch is reported alone in batchItemFailures; the good records of that
     batch are confirmed, and a later batch is still processed."""
     voucher_id = make_voucher(stock=5)
-    first, second, later = (accept(gate, redis, voucher_id) for _ in range(3))
+    first, second, later = (accept(gate, voucher_id) for _ in range(3))
     send(sqs, queue_url, first.to_json(), MALFORMED, second.to_json())
 
     done, failed = poll(queue_url)
@@ -250,10 +249,10 @@ def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     """D6: in the original, a crash lost the queued orders while Redis kept their units and
     users: the user could not buy again and the stock stayed short.
 
-    The function died after attaching the order id, before the send and before any 202:
+    The function died after the gate (which holds the order id), before the send and any 202:
     reconciliation fails that order id (no late copy can confirm it) and gives the unit back."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, redis, voucher_id, promise=False)  # ...and nothing was sent
+    message = accept(gate, voucher_id, promise=False)  # ...and nothing was sent
 
     result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id, drained=False)
 
@@ -265,33 +264,13 @@ def test_defect_crash_between_gate_and_send_with_an_order_id_frees_the_unit(
     gate.reserve(voucher_id, message.user_id, uuid.uuid4().hex)  # the user may order again
 
 
-def test_defect_crash_between_gate_and_send_without_an_order_id_is_released(
-    sqs: Any, queue_url: str, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
-) -> None:
-    """D6, earlier: the crash came before the order id was made.
-
-    The function died before the order id was made (no 202 was answered): reconciliation releases it."""
-    voucher_id = make_voucher(stock=3)
-    user_id = new_user()
-    gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # ...and the function died
-    assert redis.get(keys.stock(voucher_id)) == "2"
-
-    result = reconcile_voucher(db, redis, OrderQueue(sqs, queue_url), voucher_id)
-
-    assert (result.released, result.requeued) == ([user_id], [])
-    assert queue_depth(sqs, queue_url) == 0
-    assert (redis.get(keys.stock(voucher_id)), db_stock(db, voucher_id)) == ("3", 3)
-    assert not redis.exists(keys.buyers(voucher_id), keys.pending(voucher_id))
-    gate.reserve(voucher_id, user_id, uuid.uuid4().hex)  # the user may try again
-
-
 def test_defect_redis_db_drift_is_reported_then_repaired_once_the_queue_is_drained(
     sqs: Any, queue_url: str, poll: Poll, gate: Gate, scripts: Scripts, db: Database, redis: Any, make_voucher: Callable
 ) -> None:
     """D7: the original wrote Redis and MySQL separately and never compensated a failure
     between the two, so they stayed apart."""
     voucher_id = make_voucher(stock=5)
-    message = accept(gate, redis, voucher_id)
+    message = accept(gate, voucher_id)
     queue = OrderQueue(sqs, queue_url)
     queue.send(message)
     redis.set(keys.stock(voucher_id), 9)  # drifted

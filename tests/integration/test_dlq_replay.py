@@ -23,15 +23,13 @@ from typing import Any
 import boto3
 import pytest
 
-from seckill.ids import next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database
-from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill_local.feeder import sqs_event
 from seckill_ops import dlq_replay
-from tests.helpers import DLQ_REPLAY, closed_port, db_rows, module_of, run_dlq_replay, wait_for
+from tests.helpers import DLQ_REPLAY, accept, closed_port, db_rows, module_of, run_dlq_replay, wait_for
 
 ATTRIBUTES = {
     "trace": {"DataType": "String", "StringValue": "replay-test"},
@@ -135,10 +133,8 @@ def test_a_message_redriven_to_the_dlq_is_replayed_and_confirmed_exactly_once(
 
     # An order the gate accepted, as the API queues it.
     voucher_id, user_id = make_voucher(stock=5), random.randint(10**6, 10**12)
-    reservation = gate.reserve(voucher_id, user_id, uuid.uuid4().hex)
-    order_id = next_order_id(redis)
-    assert gate.attach(reservation, order_id)
-    message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
+    message = accept(gate, voucher_id, user_id, promise=False)
+    order_id = message.order_id
     sqs.send_message(QueueUrl=queue, MessageBody=message.to_json())
 
     def feed_once() -> tuple[list[dict[str, Any]], set[str]]:

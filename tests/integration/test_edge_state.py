@@ -22,7 +22,7 @@ from seckill.infra.db import Database
 from seckill.infra.errors import TryAgain
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
-from seckill.messages import OrderQueue
+from seckill.messages import OrderMessage, OrderQueue
 from seckill.press import orders
 from seckill.press.gate import Gate
 from seckill_local.runner import rate_seconds, scheduled_event
@@ -130,7 +130,7 @@ def test_one_claim_per_change_under_concurrent_claimers(
         return [c for c in claims if c is not None]
 
     (first,) = race()
-    accept(gate, redis, voucher_id)  # the last unit
+    accept(gate, voucher_id)  # the last unit
     (second,) = race()
     assert (first.sold_out, second.sold_out) == (False, True)
     assert second.v > first.v
@@ -294,7 +294,7 @@ def test_the_persister_notices_each_voucher_of_its_batch(
     queues: dict[str, str],
 ) -> None:
     voucher_id = voucher(stock=2)
-    orders = [accept(gate, redis, voucher_id) for _ in range(2)]
+    orders = [accept(gate, voucher_id) for _ in range(2)]
     persister = fresh(
         template,
         "OrderPersisterFunction",
@@ -384,3 +384,58 @@ def test_a_draw_claims_its_moves_in_effect_and_later(voucher: Callable[..., int]
         assert EdgeState.from_value(voucher_id, moved.value()) == moved
     finally:
         redis.delete(keys.cursor(voucher_id))
+
+
+def test_the_press_that_takes_the_last_unit_sends_the_sold_out_state_once_and_the_persister_sends_nothing(
+    voucher: Callable[..., int],
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    scripts: Scripts,
+    sqs: Any,
+    queues: dict[str, str],
+    edge_queue: str,
+    edge: StateQueue,
+) -> None:
+    """Before: the edge heard of the sell-out only when the persister's batch noticed
+    it, a batch later; presses in between reached the function."""
+    voucher_id = voucher(stock=3)
+    assert claim(scripts, voucher_id) is not None  # the edge holds the sale as created
+    order_queue = OrderQueue(sqs, queues["OrderQueue"])
+    placed = [
+        orders.place_order(gate, redis, order_queue, db, voucher_id, new_user(), status_ttl=60, edge=edge)
+        for _ in range(4)
+    ]
+    assert [isinstance(p, int) for p in placed] == [True, True, True, False]
+    (message,) = drain(sqs, edge_queue)  # the third press's, and only it
+    state = EdgeState.from_message(message["Body"])
+    assert (state.voucher_id, state.sold_out) == (voucher_id, True)
+    # Its own order went first: already on the queue when the edge heard of it.
+    queued = [OrderMessage.from_json(m["Body"]) for m in drain(sqs, queues["OrderQueue"])]
+    assert set(placed[:3]) <= {o.order_id for o in queued}
+    # The persister's notice, the backstop, finds the state claimed already: nothing more is sent.
+    assert edge.notice(scripts, voucher_id) is Noticed.UNCHANGED
+    assert drain(sqs, edge_queue) == []
+
+
+def test_a_last_unit_whose_state_send_fails_leaves_the_claim_to_the_persisters_notice(
+    voucher: Callable[..., int],
+    db: Database,
+    gate: Gate,
+    redis: Any,
+    scripts: Scripts,
+    sqs: Any,
+    queues: dict[str, str],
+    edge_queue: str,
+) -> None:
+    voucher_id = voucher(stock=1)
+    claim(scripts, voucher_id)
+    broken = StateQueue(sqs, edge_queue + "-gone")
+    order_id = orders.place_order(
+        gate, redis, OrderQueue(sqs, queues["OrderQueue"]), db, voucher_id, new_user(), status_ttl=60, edge=broken
+    )
+    assert isinstance(order_id, int), "the 202 does not depend on the edge"
+    assert drain(sqs, edge_queue) == []
+    assert StateQueue(sqs, edge_queue).notice(scripts, voucher_id) is Noticed.SENT
+    (message,) = drain(sqs, edge_queue)
+    assert EdgeState.from_message(message["Body"]).sold_out is True

@@ -242,7 +242,7 @@ def test_after_a_batch_one_expiry_per_stored_unpaid_order_waits_on_the_queue(
     make_voucher: Callable[..., int],
 ) -> None:
     voucher_id = make_voucher(stock=12)
-    orders = [accept(gate, redis, voucher_id) for _ in range(12)]
+    orders = [accept(gate, voucher_id) for _ in range(12)]
     # Twelve confirmed, one delivered twice, one malformed record: expiries go out in two batches.
     records = [order_record(m) for m in orders] + [
         order_record(orders[0]),
@@ -272,7 +272,7 @@ def test_a_paid_order_redelivered_sends_no_expiry(
     make_voucher: Callable[..., int],
 ) -> None:
     voucher_id = make_voucher(stock=2)
-    m = accept(gate, redis, voucher_id)
+    m = accept(gate, voucher_id)
     assert persist_order(db, redis, scripts, m).status == CONFIRMED
     assert isinstance(holds.pay(db, redis, scripts, m.order_id, payment_of(m.order_id)), dict)
     sent = Sent(persister_fn)
@@ -293,7 +293,7 @@ def test_an_expiry_not_sent_fails_its_records_and_the_redelivery_sends_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    confirmed = [accept(gate, redis, voucher_id) for _ in range(2)]
+    confirmed = [accept(gate, voucher_id) for _ in range(2)]
     # An order of a voucher that does not exist: FAILED, a final decision that needs no expiry.
     unknown = OrderMessage(next_order_id(redis), new_user(), voucher_id + 10**6, datetime.now(UTC))
     records = [order_record(m) for m in (*confirmed, unknown)]
@@ -326,7 +326,7 @@ def test_a_hold_whose_expiry_was_lost_is_expired_by_the_next_reconcile(
     make_voucher: Callable[..., int],
 ) -> None:
     voucher_id = make_voucher(stock=5)
-    lost, legacy, recent, payable = orders = [accept(gate, redis, voucher_id) for _ in range(4)]
+    lost, legacy, recent, payable = orders = [accept(gate, voucher_id) for _ in range(4)]
     assert invoke(persister_fn, context, "order_persister_batch.json", *map(order_record, orders)) == set()
     # Every expiry message deleted from its queue (as if dead-lettered and gone).
     assert queue_depth(sqs, expiry_queue) == 4

@@ -14,17 +14,19 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import redis as redis_lib
 
+from seckill.ids import SEQUENCE_MASK, OrderIds
 from seckill.infra import keys
 from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts, lua_dir
-from seckill.press.gate import ATTACHED, GONE, TAKEN_OVER, Gate, Mark, Reservation, Unsent
+from seckill.press.gate import Gate, Mark, Reservation, Unsent
 from tests.helpers import new_user, redis_server
 
 HOUR_MS = 3_600_000
@@ -49,12 +51,11 @@ def token() -> str:
 
 
 def win(gate: Gate, voucher_id: int, user_id: int) -> tuple[Reservation, int]:
-    """A press answered 202: reserved, its order id attached and promised."""
+    """A press answered 202: reserved with its order id, and promised."""
     reservation = gate.reserve(voucher_id, user_id, token())
-    order_id = secrets.randbelow(10**15) + 1
-    assert gate.attach(reservation, order_id) == ATTACHED
-    assert gate.promise(voucher_id, user_id, order_id)
-    return reservation, order_id
+    assert isinstance(reservation, Reservation), reservation
+    assert gate.promise(voucher_id, user_id, reservation.order_id)
+    return reservation, reservation.order_id
 
 
 class Vouchers:
@@ -129,18 +130,37 @@ def refused(gate: Gate, voucher_id: int, user_id: int) -> Refusal:
 
 def test_ok_takes_one_unit_and_records_the_pending_reservation(gate: Gate, v: Vouchers, redis: Any) -> None:
     voucher_id = v.make(stock=10)
-    user_id, tok = new_user(), token()
+    user_id, tok, order_id = new_user(), token(), secrets.randbelow(10**15) + 1
     before = server_ms(redis)
-    reservation = gate.reserve(voucher_id, user_id, tok)
+    reservation = gate.reserve(voucher_id, user_id, tok, order_id)
     after = server_ms(redis)
 
-    assert reservation == Reservation(voucher_id, user_id, tok, reservation.accepted_ms)
+    assert reservation == Reservation(voucher_id, user_id, tok, reservation.accepted_ms, order_id)
     # Accepted by the server's clock, in milliseconds.
     assert before <= reservation.accepted_ms <= after
     assert v.stock(voucher_id) == 9
     assert v.buyers(voucher_id) == {user_id}
-    # The pending record: "<acceptedMs>:<token>", no order id yet.
-    assert v.pending(voucher_id) == {str(user_id): f"{reservation.accepted_ms}:{tok}"}
+    # The pending record: "<acceptedMs>:<token>:<orderId>", the id the press brought.
+    assert v.pending(voucher_id) == {str(user_id): f"{reservation.accepted_ms}:{tok}:{order_id}"}
+
+
+def test_a_press_brings_the_next_id_of_its_block_and_a_refused_one_leaves_it(
+    scripts: Scripts, v: Vouchers, redis: Any
+) -> None:
+    day = datetime(2031, 1, 1, tzinfo=UTC) + timedelta(days=secrets.randbelow(3650))  # a counter of its own
+    gate = Gate(redis, scripts, 0, ids=OrderIds(redis, clock=lambda: day.timestamp()))
+    voucher_id, sold_out = v.make(stock=10), v.make(stock=0)
+    try:
+        assert isinstance(gate.reserve(sold_out, new_user()), Refusal)
+        first = gate.reserve(voucher_id, new_user())
+        second = gate.reserve(voucher_id, new_user())
+        assert int(redis.get(keys.order_counter(day))) == gate.ids.block  # one lease for all three
+    finally:
+        redis.delete(keys.order_counter(day))
+    assert isinstance(first, Reservation)
+    assert isinstance(second, Reservation)
+    # The refused press's id went to the first winner.
+    assert [first.order_id & SEQUENCE_MASK, second.order_id & SEQUENCE_MASK] == [1, 2]
 
 
 def test_missing_stock_key_is_voucher_not_found_not_a_lua_error(gate: Gate, v: Vouchers, redis: Any) -> None:
@@ -222,12 +242,16 @@ def test_sold_out(gate: Gate, v: Vouchers) -> None:
 
 
 def test_last_unit_then_sold_out(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=1)
-    first = new_user()
-    gate.reserve(voucher_id, first, token())
+    voucher_id = v.make(stock=2)
+    first, second = new_user(), new_user()
+    one, last = gate.reserve(voucher_id, first, token()), gate.reserve(voucher_id, second, token())
+    # The gate tells the press that took the last unit (it tells the edge: seckill.press.orders).
+    assert isinstance(one, Reservation)
+    assert isinstance(last, Reservation)
+    assert (one.last, last.last) == (False, True)
     assert refused(gate, voucher_id, new_user()).code == "SOLD_OUT"
     assert v.stock(voucher_id) == 0
-    assert v.buyers(voucher_id) == {first}
+    assert v.buyers(voucher_id) == {first, second}
 
 
 def test_duplicate_order(gate: Gate, v: Vouchers) -> None:
@@ -247,35 +271,33 @@ def test_a_buyer_without_a_reservation_is_a_duplicate(gate: Gate, v: Vouchers) -
     assert refused(gate, voucher_id, BUYER).code == "DUPLICATE_ORDER"
 
 
-def test_a_new_press_takes_over_a_reservation_nobody_was_answered_for(gate: Gate, v: Vouchers) -> None:
-    """The gate ran but its reply was lost, and the request answered 503: the user's
-    next press gets the reservation at once, without a second unit."""
-    voucher_id = v.make(stock=5)
-    user_id = new_user()
-    lost = gate.reserve(voucher_id, user_id, "lost-request")
-    retry = gate.reserve(voucher_id, user_id, "retry")
-    assert retry.order_id is None
-    assert v.stock(voucher_id) == 4
-    assert v.pending(voucher_id) == {str(user_id): f"{retry.accepted_ms}:retry"}
-    # The first request, had it lived on, can no longer use or give back what it lost.
-    assert gate.attach(lost, 111) == TAKEN_OVER
-    assert gate.release(lost) is False
-    assert gate.attach(retry, 222) == ATTACHED
-    assert v.stock(voucher_id) == 4
-
-
 def test_a_new_press_resumes_an_order_id_nobody_was_answered_for(gate: Gate, v: Vouchers) -> None:
-    """An order id was attached but no 202 promised (the send was refused and the release
-    failed, or the request died): the next press resumes that very order."""
+    """No 202 was promised for the reservation (the gate's reply was lost, or the send was
+    refused and the release failed, or the request died): the user's next press resumes
+    that very order at once, without a second unit, and its own id is left unused."""
     voucher_id = v.make(stock=5)
     user_id = new_user()
-    first = gate.reserve(voucher_id, user_id, token())
-    assert gate.attach(first, 4242) == ATTACHED
-    resumed = gate.reserve(voucher_id, user_id, "retry")
-    assert resumed.order_id == 4242
+    first = gate.reserve(voucher_id, user_id, "lost-request", 4242)
+    resumed = gate.reserve(voucher_id, user_id, "retry", 5151)
+    assert resumed == Reservation(voucher_id, user_id, "retry", resumed.accepted_ms, 4242, resumed=True)
     assert v.stock(voucher_id) == 4
     assert v.buyers(voucher_id) == {user_id}
     assert v.pending(voucher_id) == {str(user_id): f"{resumed.accepted_ms}:retry:4242"}
+    # The first request, had it lived on, can no longer give back what it lost.
+    assert gate.release(first) is False
+    assert v.stock(voucher_id) == 4
+
+
+def test_a_resumed_press_gives_its_own_id_back_to_the_block(gate: Gate, v: Vouchers) -> None:
+    voucher_id = v.make(stock=5)
+    user_id = new_user()
+    gate.reserve(voucher_id, user_id, "lost-request", 4242)
+    resumed = gate.reserve(voucher_id, user_id)
+    fresh = gate.reserve(voucher_id, new_user())
+    assert isinstance(resumed, Reservation)
+    assert isinstance(fresh, Reservation)
+    assert resumed.order_id == 4242
+    assert gate.ids.take() & SEQUENCE_MASK == (fresh.order_id & SEQUENCE_MASK) + 1  # nothing skipped
 
 
 def close(v: Vouchers, voucher_id: int) -> None:
@@ -283,25 +305,15 @@ def close(v: Vouchers, voucher_id: int) -> None:
     v.redis.hset(keys.window(voucher_id), "end", server_ms(v.redis) - 1)
 
 
-def test_after_the_close_a_reservation_without_order_id_is_released_not_taken_over(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=5)
-    user_id = new_user()
-    gate.reserve(voucher_id, user_id, "lost-request")
-    close(v, voucher_id)
-    assert refused(gate, voucher_id, user_id).code == "ENDED"
-    assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (5, set(), {})
-
-
 def test_after_the_close_an_unpromised_order_id_is_handed_to_the_caller_not_resumed(gate: Gate, v: Vouchers) -> None:
     """The script cannot fail the order in MySQL: it names the earlier request's
     reservation, and writes nothing (the caller fails the order, then releases it)."""
     voucher_id = v.make(stock=5)
     user_id = new_user()
-    first = gate.reserve(voucher_id, user_id, "died-after-attach")
-    assert gate.attach(first, 4242) == ATTACHED
+    first = gate.reserve(voucher_id, user_id, "died-after-the-gate", 4242)
     close(v, voucher_id)
     held = v.pending(voucher_id)
-    assert gate.reserve(voucher_id, user_id, "retry") == Unsent(replace(first, order_id=4242))
+    assert gate.reserve(voucher_id, user_id, "retry") == Unsent(first)
     assert (v.stock(voucher_id), v.buyers(voucher_id), v.pending(voucher_id)) == (4, {user_id}, held)
 
 
@@ -329,8 +341,7 @@ def test_after_the_close_a_retried_gate_call_still_gets_its_own_reservation_back
 def test_promise_marks_the_order_whichever_request_holds_it(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=5)
     user_id = new_user()
-    first = gate.reserve(voucher_id, user_id, token())
-    gate.attach(first, 77)
+    first = gate.reserve(voucher_id, user_id, token(), 77)
     assert gate.promise(voucher_id, user_id, 78) is False
     assert gate.promise(voucher_id, user_id, 77) is True
     assert gate.promise(voucher_id, user_id, 77) is True
@@ -371,49 +382,21 @@ def test_order_of_precedence(
     assert v.pending(voucher_id) == {}
 
 
-# --- attach ----------------------------------------------------------------------------------
-
-
-def test_attach_writes_the_order_id_once_and_only_for_the_same_token(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=5)
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    field = str(reservation.user_id)
-    impostor = Reservation(voucher_id, reservation.user_id, token(), reservation.accepted_ms)
-
-    assert gate.attach(impostor, 111) == TAKEN_OVER
-    assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}"
-
-    assert gate.attach(reservation, 222) == 1
-    assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
-
-    # Once only: another id, even from the same request, changes nothing...
-    assert gate.attach(reservation, 333) == 0
-    assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
-    # ...while a retry of the same call (its reply lost) is answered as the first was.
-    assert gate.attach(reservation, 222) == 1
-    assert v.pending(voucher_id)[field] == f"{reservation.accepted_ms}:{reservation.token}:222"
+# --- a retried call -------------------------------------------------------------------------
 
 
 def test_a_retried_gate_call_gets_its_own_reservation_back_not_duplicate(gate: Gate, v: Vouchers) -> None:
     """redis-py retries a command whose reply timed out: the retry must not be refused as
     DUPLICATE_ORDER by the reservation the first attempt made, nor take a second unit."""
     voucher_id = v.make(stock=2)
-    first = gate.reserve(voucher_id, BUYER, "request-1")
-    again = gate.reserve(voucher_id, BUYER, "request-1")
+    first = gate.reserve(voucher_id, BUYER, "request-1", 5)
+    again = gate.reserve(voucher_id, BUYER, "request-1", 5)
     assert again == first
     assert v.stock(voucher_id) == 1
     # Once promised, another request of the same user is a duplicate.
-    gate.attach(first, 5)
     gate.promise(voucher_id, BUYER, 5)
     assert refused(gate, voucher_id, BUYER).code == "DUPLICATE_ORDER"
     assert v.stock(voucher_id) == 1
-
-
-def test_attach_without_a_reservation_writes_nothing(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=5)
-    ghost = Reservation(voucher_id, new_user(), token(), 1)
-    assert gate.attach(ghost, 123) == GONE
-    assert v.pending(voucher_id) == {}
 
 
 # --- release ---------------------------------------------------------------------------------
@@ -440,19 +423,10 @@ def test_release_restores_stock_and_buyers_and_is_idempotent(gate: Gate, v: Vouc
     assert v.stock(voucher_id) == 1
 
 
-def test_release_after_attach_still_releases(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    assert gate.attach(reservation, 555) == 1
-    assert gate.release(reservation) is True
-    assert v.stock(voucher_id) == 3
-    assert v.pending(voucher_id) == {}
-
-
 def test_release_refuses_a_different_token(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
     reservation = gate.reserve(voucher_id, new_user(), token())
-    other = Reservation(voucher_id, reservation.user_id, token(), reservation.accepted_ms)
+    other = replace(reservation, token=token())
     assert gate.release(other) is False
     assert v.stock(voucher_id) == 2
     assert v.buyers(voucher_id) == {reservation.user_id}
@@ -467,12 +441,12 @@ def test_release_of_an_old_request_leaves_a_newer_reservation_alone(gate: Gate, 
     # A late retry of the old request's release must not undo the new reservation.
     assert gate.release(old) is False
     assert v.stock(voucher_id) == 2
-    assert v.pending(voucher_id) == {str(new.user_id): f"{new.accepted_ms}:{new.token}"}
+    assert v.pending(voucher_id) == {str(new.user_id): f"{new.accepted_ms}:{new.token}:{new.order_id}"}
 
 
 def test_release_with_nothing_reserved(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    assert gate.release(Reservation(voucher_id, new_user(), token(), 1)) is False
+    assert gate.release(Reservation(voucher_id, new_user(), token(), 1, 1)) is False
     assert v.stock(voucher_id) == 3
 
 
@@ -481,8 +455,7 @@ def test_release_with_nothing_reserved(gate: Gate, v: Vouchers) -> None:
 
 def test_settle_clears_only_the_matching_order_id(gate: Gate, v: Vouchers) -> None:
     voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    gate.attach(reservation, 9001)
+    reservation = gate.reserve(voucher_id, new_user(), token(), 9001)
 
     assert gate.settle(voucher_id, reservation.user_id, 9002) is False
     assert str(reservation.user_id) in v.pending(voucher_id)
@@ -494,16 +467,6 @@ def test_settle_clears_only_the_matching_order_id(gate: Gate, v: Vouchers) -> No
     assert v.buyers(voucher_id) == {reservation.user_id}
 
     assert gate.settle(voucher_id, reservation.user_id, 9001) is False
-
-
-def test_settle_leaves_a_reservation_without_order_id(gate: Gate, v: Vouchers) -> None:
-    voucher_id = v.make(stock=3)
-    reservation = gate.reserve(voucher_id, new_user(), token())
-    assert gate.settle(voucher_id, reservation.user_id, 9001) is False
-    assert str(reservation.user_id) in v.pending(voucher_id)
-
-
-# --- the local refusal cache -----------------------------------------------------------------
 
 
 class FakeClock:
@@ -634,14 +597,13 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
             samples.append(int(redis.get(stock_key(voucher_id))))
 
     def attempt(i: int) -> tuple[int, str, int | None]:
-        """As the API does: reserve, attach a fresh order id (unless resumed), promise."""
+        """As the API does: reserve with an order id of the block (or resume one), promise."""
         user_id = base + i % users
         reservation = gate.reserve(voucher_id, user_id, token())
         if isinstance(reservation, Refusal):
             return user_id, reservation.code, None
-        order_id = reservation.order_id or base * 10_000 + i
-        if reservation.order_id is None and gate.attach(reservation, order_id) != ATTACHED:
-            return user_id, "TAKEN_OVER", None  # a concurrent press of the same user holds it now
+        assert isinstance(reservation, Reservation)
+        order_id = reservation.order_id
         gate.promise(voucher_id, user_id, order_id)
         return user_id, "OK", order_id
 
@@ -658,7 +620,7 @@ def test_concurrent_flash_sale_sells_exactly_the_stock(gate: Gate, v: Vouchers, 
     winners = [u for u, _ in orders]
     assert len(orders) == stock, "one order id per unit sold (a resumed press shares its order)"
     assert len(set(winners)) == stock, "a user won twice"
-    assert {code for _, code, _ in outcomes} <= {"OK", "SOLD_OUT", "DUPLICATE_ORDER", "TAKEN_OVER"}
+    assert {code for _, code, _ in outcomes} <= {"OK", "SOLD_OUT", "DUPLICATE_ORDER"}
     assert v.stock(voucher_id) == 0
     assert v.buyers(voucher_id) == set(winners)
     assert set(v.pending(voucher_id)) == {str(u) for u in winners}
@@ -679,11 +641,9 @@ def test_scripts_are_reloaded_after_script_flush() -> None:
         voucher_id = v.make(stock=2)
         redis.script_flush()
         assert redis.script_exists(scripts.gate.sha) == [False]
-        reservation = gate.reserve(voucher_id, new_user(), token())
+        reservation = gate.reserve(voucher_id, new_user(), token(), 777)
         assert redis.script_exists(scripts.gate.sha) == [True]
 
-        redis.script_flush()
-        assert gate.attach(reservation, 777) == ATTACHED
         redis.script_flush()
         assert gate.promise(voucher_id, reservation.user_id, 777) is True
 
@@ -702,6 +662,7 @@ def test_scripts_are_reloaded_after_script_flush() -> None:
     [
         "1700000000000:tok",
         "1700000000000:tok:1234567890123456789",
+        "1700000000000:tok:1234567890123456789:",
         "1700000000000:tok:1234567890123456789:promised",
         "1:dlq:42:promised",
         "1700000000000:tok:123:sent",
@@ -719,5 +680,5 @@ def test_the_lua_and_python_parsers_of_a_mark_agree(redis: Any, value: str) -> N
         assert parsed == []
     else:
         # Lua returns true as 1 and drops a trailing false (nil-terminated table).
-        lua = (int(parsed[0]), parsed[1], int(parsed[2]) if parsed[2] else None, len(parsed) > 3 and parsed[3] == 1)
+        lua = (int(parsed[0]), parsed[1], int(parsed[2]), len(parsed) > 3 and parsed[3] == 1)
         assert lua == (mark.accepted_ms, mark.token, mark.order_id, mark.promised)

@@ -1,4 +1,5 @@
-"""Ids from the outside (``parse_id``) and the order-id generator (docs/contract.md)."""
+"""Ids from the outside (``parse_id``), the order-id generator and a container's blocks of
+order ids (``OrderIds``) (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from seckill.ids import BEGIN_EPOCH, next_order_id, order_id_time
+from seckill.ids import BEGIN_EPOCH, SEQUENCE_MASK, OrderIds, next_order_id, order_id_time
 from seckill.infra import keys
+from seckill.infra.errors import TryAgain
 
 MAX_ID = 2**63 - 1
 
@@ -118,3 +120,99 @@ def test_ids_unique_and_increasing_across_threads(redis: Any, fixed_day: datetim
     counters = sorted(order_id & 0xFFFFFFFF for order_id in every)
     assert counters[-1] == int(redis.get(keys.order_counter(fixed_day)))
     assert counters == list(range(counters[0], counters[0] + len(every)))
+
+
+# --- OrderIds: a container's block -------------------------------------------------------------
+
+
+class CountingRedis:
+    """The real client, counting the pipelines it runs (a lease is one)."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.round_trips = 0
+
+    def pipeline(self, transaction: bool = True) -> Any:
+        self.round_trips += 1
+        return self.redis.pipeline(transaction=transaction)
+
+
+def allocator(redis: Any, moment: datetime, block: int = 100) -> tuple[OrderIds, CountingRedis, list[float]]:
+    clock = [moment.timestamp()]
+    counting = CountingRedis(redis)
+    return OrderIds(counting, block, clock=lambda: clock[0]), counting, clock  # type: ignore[arg-type]
+
+
+def test_ids_come_from_one_lease_per_block_in_the_contracts_layout(redis: Any, fixed_day: datetime) -> None:
+    ids, counting, clock = allocator(redis, fixed_day + timedelta(hours=9), block=100)
+    made = []
+    for n in range(250):
+        clock[0] += n % 2  # the seconds move on between presses
+        made.append(ids.take())
+    assert counting.round_trips == 3  # 250 ids from blocks of 100
+    assert int(redis.get(keys.order_counter(fixed_day))) == 300
+    assert [i & SEQUENCE_MASK for i in made] == list(range(1, 251))
+    assert [i >> 32 for i in made] == [int(clock[0]) - BEGIN_EPOCH - 125 + (n + 1) // 2 for n in range(250)]
+    assert made == sorted(made)
+
+
+def test_a_given_back_id_serves_the_next_press(redis: Any, fixed_day: datetime) -> None:
+    ids, counting, clock = allocator(redis, fixed_day + timedelta(hours=9))
+    refused = ids.take()
+    ids.give_back(refused)
+    clock[0] += 5
+    reused = ids.take()
+    assert reused & SEQUENCE_MASK == refused & SEQUENCE_MASK  # the same sequence
+    assert reused >> 32 == (refused >> 32) + 5  # made at its own second
+    assert ids.take() & SEQUENCE_MASK == (refused & SEQUENCE_MASK) + 1
+    assert counting.round_trips == 1
+
+
+def test_a_block_never_crosses_a_utc_day(redis: Any, fixed_day: datetime) -> None:
+    ids, counting, clock = allocator(redis, fixed_day + timedelta(days=1) - timedelta(seconds=1))
+    last = ids.take()
+    ids.give_back(ids.take())  # a spare of the old day is not carried over either
+    clock[0] += 1
+    first = ids.take()
+    assert order_id_time(last).date() == fixed_day.date()
+    assert order_id_time(first).date() == (fixed_day + timedelta(days=1)).date()
+    assert first & SEQUENCE_MASK == 1  # from the new day's counter
+    assert int(redis.get(keys.order_counter(fixed_day + timedelta(days=1)))) == 100
+    assert counting.round_trips == 2
+    ids.give_back(last)  # yesterday's id is not today's to hand out again
+    assert ids.take() & SEQUENCE_MASK == 2
+
+
+def test_containers_never_share_an_id(redis: Any, fixed_day: datetime) -> None:
+    # One fixed second for everyone: only the sequences keep the ids apart.
+    moment = fixed_day + timedelta(hours=12)
+    containers = [allocator(redis, moment, block=7)[0] for _ in range(4)]
+    made: list[int] = []
+
+    def work(ids: OrderIds) -> None:
+        for n in range(200):
+            order_id = ids.take()
+            if n % 3:
+                made.append(order_id)
+            else:
+                ids.give_back(order_id)  # refused: the next press uses it
+
+    threads = [threading.Thread(target=work, args=(ids,)) for ids in containers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == len(set(made)) == 4 * 133
+
+
+def test_a_lease_while_redis_has_lost_its_data_is_not_kept(redis: Any, fixed_day: datetime) -> None:
+    ids, counting, _ = allocator(redis, fixed_day + timedelta(hours=9))
+    redis.delete(keys.loaded())
+    try:
+        with pytest.raises(TryAgain):
+            ids.take()
+    finally:
+        redis.set(keys.loaded(), 1)
+    # The next press leases again, above the refused block.
+    assert ids.take() & SEQUENCE_MASK == 101
+    assert counting.round_trips == 2

@@ -14,9 +14,6 @@ from seckill.press.gate import Mark
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (("1700000000000", "tok"), "1700000000000:tok"),
-        (("1700000000000", "tok", ""), "1700000000000:tok"),
-        (("1700000000000", "tok", "", "promised"), "1700000000000:tok"),  # no order, nothing promised
         (("1700000000000", "tok", "1234567890123456789"), "1700000000000:tok:1234567890123456789"),
         (("1700000000000", "tok", "1234567890123456789", "promised"), "1700000000000:tok:1234567890123456789:promised"),
         (("1", "dlq", "42", "promised"), "1:dlq:42:promised"),

@@ -202,7 +202,7 @@ def test_a_poison_queue_that_refuses_the_send_makes_it_a_batch_item_failure(
     missing = queues["OrderPoisonQueue"].rsplit("/", 1)[0] + f"/no-such-queue-{uuid.uuid4().hex[:8]}"
     module = persister_with_poison_queue(template, missing, monkeypatch)
     voucher_id = make_voucher(stock=5)
-    good = accept(gate, redis, voucher_id, new_user())
+    good = accept(gate, voucher_id, new_user())
     bad = record("not json")
 
     response = module.lambda_handler(json.loads(json.dumps(batch(bad, record(good.to_json())))), context)

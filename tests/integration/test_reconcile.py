@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from seckill.ids import SEQUENCE_MASK, next_order_id
+from seckill.ids import LEASE_GAP, SEQUENCE_MASK, next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.errors import Refusal, SeckillError
@@ -48,14 +48,9 @@ def confirmed(db: Database, voucher_id: int) -> int:
     return len(db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", voucher_id))
 
 
-def win(
-    gate: Gate, redis: Any, voucher_id: int, user_id: int | None = None, *, attach: bool = True
-) -> tuple[Any, int | None]:
-    """A press answered 202 (its message, its order id), or with ``attach=False`` one
-    whose function died before it had an order id (its reservation, None)."""
-    if not attach:
-        return gate.reserve(voucher_id, user_id or new_user(), uuid.uuid4().hex), None
-    message = accept(gate, redis, voucher_id, user_id)
+def win(gate: Gate, redis: Any, voucher_id: int, user_id: int | None = None) -> tuple[Any, int]:
+    """A press answered 202: its message, its order id."""
+    message = accept(gate, voucher_id, user_id)
     return message, message.order_id
 
 
@@ -83,11 +78,11 @@ def run(db: Database, redis: Any, queue: OrderQueue) -> Callable[..., Any]:
 def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     db: Database, gate: Gate, redis: Any, sqs: Any, queue: OrderQueue, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
-    """The function died after attaching the order id, before any send: nobody was
-    answered 202, so the order is failed (a late copy could never confirm it) and
+    """The function died after the gate, before any send (or its gate reply was lost):
+    nobody was answered 202, so the order is failed (a late copy could never confirm it) and
     the unit goes back on sale."""
     voucher_id = make_voucher(stock=3)
-    message = accept(gate, redis, voucher_id, promise=False)
+    message = accept(gate, voucher_id, promise=False)
 
     result = run(voucher_id)
     assert result.failed == [str(message.order_id)]
@@ -99,6 +94,7 @@ def test_crash_between_gate_and_send_fails_the_order_and_frees_the_unit(
     assert confirmed(db, voucher_id) == 0
     reasons = db_rows(db, "SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s", message.order_id)
     assert reasons == [{"reason": "NOT_QUEUED"}]
+    gate.reserve(voucher_id, message.user_id, uuid.uuid4().hex)  # the user may try again
 
 
 def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
@@ -118,31 +114,13 @@ def test_a_promised_order_that_never_arrived_is_requeued_and_confirmed(
     assert stocks(db, redis, voucher_id) == (2, 2)
 
 
-def test_crash_before_the_order_id_is_released_and_no_stock_leaks(
-    gate: Gate, redis: Any, db: Database, run: Callable[..., Any], make_voucher: Callable, sqs: Any, queue: OrderQueue
-) -> None:
-    """Original design's defect: Redis deducted, nothing queued (the user got no 202)."""
-    voucher_id = make_voucher(stock=2)
-    reservation, _ = win(gate, redis, voucher_id, attach=False)
-    assert redis.get(keys.stock(voucher_id)) == "1"
-
-    result = run(voucher_id)
-    assert result.released == [reservation.user_id]
-    assert result.requeued == []
-    assert drain(sqs, queue.queue_url) == []
-    assert stocks(db, redis, voucher_id) == (2, 2)
-    assert not redis.sismember(keys.buyers(voucher_id), reservation.user_id)
-    # The user may try again.
-    gate.reserve(voucher_id, reservation.user_id, uuid.uuid4().hex)
-
-
 def test_live_reservations_are_left_alone(
     gate: Gate, redis: Any, run: Callable[..., Any], make_voucher: Callable
 ) -> None:
     voucher_id = make_voucher(stock=2)
-    win(gate, redis, voucher_id, attach=False)
+    accept(gate, voucher_id, promise=False)
     result = run(voucher_id, pending_age=timedelta(minutes=2))
-    assert result.released == []
+    assert result.failed == []
     assert result.requeued == []
     assert redis.hlen(keys.pending(voucher_id)) == 1
     assert redis.get(keys.stock(voucher_id)) == "1"
@@ -219,13 +197,13 @@ def test_reconciling_twice_in_a_row_changes_nothing_the_second_time(
 ) -> None:
     voucher_id = make_voucher(stock=4)
     win(gate, redis, voucher_id)
-    win(gate, redis, voucher_id, attach=False)
+    accept(gate, voucher_id, promise=False)
     first = run(voucher_id)
     assert len(first.requeued) == 1
-    assert len(first.released) == 1
+    assert len(first.failed) == 1
     persist_queue(sqs, queue.queue_url, db, redis, gate)
     second = run(voucher_id)
-    assert (second.requeued, second.released, second.cleared) == ([], [], [])
+    assert (second.requeued, second.failed, second.cleared) == ([], [], [])
     assert not second.drift.drifted
     assert stocks(db, redis, voucher_id) == (3, 3)
 
@@ -331,7 +309,7 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
             if isinstance(reservation, Refusal):
                 outcomes.append(reservation.code)
                 continue
-            outcomes.append(persist_order(db, redis, gate.scripts, accepted(gate, redis, reservation)).status)
+            outcomes.append(persist_order(db, redis, gate.scripts, accepted(gate, reservation)).status)
         return outcomes
 
     looping = threading.Thread(target=reconcile_loop)
@@ -342,7 +320,7 @@ def test_reconciling_alongside_live_traffic_keeps_every_count(
     looping.join()
 
     assert len(passes) > 1
-    assert all(p.released == [] and p.requeued == [] for p in passes)  # live reservations are never stale
+    assert all(p.failed == [] and p.requeued == [] for p in passes)  # live reservations are never stale
     assert results.count("CONFIRMED") == 60
     assert results.count("SOLD_OUT") == 20
     assert confirmed(db, voucher_id) == 60
@@ -384,7 +362,8 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     gate: Gate, db: Database, redis: Any, scripts: Scripts, make_voucher: Callable
 ) -> None:
     """A restart resets ``icr:order:<day>`` to nothing: ids made in the same second
-    would repeat stored ones. Recovery puts the counter back at MySQL's largest."""
+    would repeat stored ones, or those of blocks containers still hold. Recovery puts
+    the counter back a lease gap above MySQL's largest."""
     voucher_id = make_voucher(stock=3)
     reservation, order_id = win(gate, redis, voucher_id)
     persist_order(db, redis, gate.scripts, reservation)
@@ -392,11 +371,11 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     before = int(redis.get(key))
     try:
         redis.delete(key)
-        assert restore_order_counter(db, scripts) >= order_id & SEQUENCE_MASK
-        assert int(redis.get(key)) >= order_id & SEQUENCE_MASK
-        # Never lowered: a counter already past MySQL stays where it is.
-        redis.set(key, before + 1000)
-        assert restore_order_counter(db, scripts) == before + 1000
+        assert restore_order_counter(db, scripts) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
+        assert int(redis.get(key)) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
+        # Never lowered: a counter already past the gap stays where it is.
+        redis.set(key, before + 2 * LEASE_GAP)
+        assert restore_order_counter(db, scripts) == before + 2 * LEASE_GAP
     finally:
         redis.set(key, max(before, int(redis.get(key) or 0)))
     assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK
@@ -409,7 +388,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
     the rebuild counted their units as unsold, new buyers got 202s, and after the
     replay the earlier 202s ended FAILED SOLD_OUT: more 202s than stock."""
     voucher_id = make_voucher(stock=3)
-    stored, dead = accept(gate, redis, voucher_id), accept(gate, redis, voucher_id)
+    stored, dead = accept(gate, voucher_id), accept(gate, voucher_id)
     persist_order(db, redis, gate.scripts, stored)
     sqs.send_message(QueueUrl=queues["OrderDeadLetterQueue"], MessageBody=dead.to_json())
     lose_redis_state(redis, voucher_id)
@@ -427,7 +406,7 @@ def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
     finally:
         redis.set(keys.loaded(), 1)
 
-    late = accept(gate, redis, voucher_id)
+    late = accept(gate, voucher_id)
     assert gate.reserve(voucher_id, new_user(), uuid.uuid4().hex) == Refusal(409, "SOLD_OUT", "sold out")
     # The DLQ is replayed: every 202 is confirmed, none fails.
     decisions = [persist_order(db, redis, gate.scripts, m).status for m in (dead, late)]

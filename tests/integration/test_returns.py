@@ -71,7 +71,7 @@ def test_a_return_redis_missed_is_given_back_by_the_next_pass_whatever_the_queue
     assert stocks(db, redis, hold.voucher_id) == (2, 1)
     # A sale goes on meanwhile: an order waits on OrderQueue, so the stock is not repaired.
     queue = OrderQueue(sqs, queues["OrderQueue"])
-    queue.send(accept(gate, redis, hold.voucher_id))
+    queue.send(accept(gate, hold.voucher_id))
     assert queue_depth(sqs, queues["OrderQueue"]) > 0
 
     result = reconcile_voucher(db, redis, queue, hold.voucher_id, drained=False)

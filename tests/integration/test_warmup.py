@@ -17,9 +17,10 @@ import pytest
 import snapshot_restore_py
 
 from seckill.infra import warmup
-from seckill.infra.clients import OnFirstUse, redis_client
+from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
+from seckill.infra.lazy import OnFirstUse
 from seckill_local.lambdas import LocalContext
 from seckill_local.template import Template
 from tests.helpers import body, closed_port, new_user, seckill_event, wait_for

@@ -48,7 +48,7 @@ def test_without_the_edge_every_press_reaches_the_api() -> None:
     assert (c["accepted"], c["persister_invocations"], c["rds_statements"], c["rds_transactions"]) == (10, 1, 20, 1)
     assert c["sqs_sends"] == 11  # the 10 orders and the batch's expiries
     assert c["sqs_receives"] == c["sqs_deletes"] == 1
-    assert c["redis_commands"] == pytest.approx(10 * 4 + 2_990 * 1 + 1_000 * 1)
+    assert c["redis_commands"] == pytest.approx(10 * 2 + 2_990 * 1 + 1_000 * 1)
 
 
 def test_with_the_edge_the_edge_answers_its_share_and_the_api_the_rest() -> None:

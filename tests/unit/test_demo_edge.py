@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
@@ -52,6 +53,8 @@ def test_a_sale_the_edge_took_over_after_the_flag() -> None:
     assert figures["share_of_presses"] == 3 / 7
     assert figures["share_of_refusals"] == 3 / 5
     assert figures["share_after_sellout"] == 3 / 5  # sent from 1.0 s on
+    assert figures["share_settled_after_sellout"] == 3 / 4  # sent from 1.2 s on
+    assert figures["presses_settled_after_sellout"] == 4
     assert round(figures["flag_lag_ms"]) == round((1.401 - 1.0) * 1000)  # answered 1 ms after sent; 202 after 10 ms
     assert round(figures["flag_lag_sampled_ms"]) == 300
     assert figures["returns"] == 0
@@ -112,6 +115,7 @@ def test_the_report_shows_the_edge() -> None:
     text = out.file.getvalue()
     assert "edge: answered / reached the function" in text
     assert "50.0% / 100.0%" in text
+    assert re.search(r"edge: share of presses sent 200 ms or more after sell-out +│ +100.0% of 1 ", text)
     assert "edge plot: x.png" in text
 
 

@@ -8,8 +8,7 @@ init does not delay a request).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -51,6 +50,8 @@ class RedisCommands(Protocol):
     def expire(self, name: str, time: int) -> Any: ...
     def persist(self, name: str) -> Any: ...
     def execute_command(self, *args: Any, **options: Any) -> Any: ...
+    def incrby(self, name: str, amount: int = 1) -> Any: ...
+    def exists(self, *names: str) -> Any: ...
 
 
 class RedisPipeline(RedisCommands, Protocol):
@@ -118,36 +119,19 @@ def redis_client(settings: Settings) -> RedisClient:
 
 def sqs_client() -> Any:
     """boto3 honours AWS_ENDPOINT_URL_SQS, which points local runs at moto.
-    Few, quick attempts: the caller answers 503 rather than keep a user waiting."""
+    Few, quick attempts: the caller answers 503 rather than keep a user waiting.
+    No client-side parameter validation: every request is built by our own code
+    (OrderQueue, ExpiryQueue, StateQueue), and SQS validates it anyway (what each
+    part of a send costs: benchmarks/README.md)."""
     import boto3
     from botocore.config import Config
 
     return boto3.client(
         "sqs",
-        config=Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 3, "mode": "standard"}),
+        config=Config(
+            connect_timeout=2,
+            read_timeout=3,
+            retries={"max_attempts": 3, "mode": "standard"},
+            parameter_validation=False,
+        ),
     )
-
-
-class OnFirstUse:
-    """Stands in for a client that is made when it is first used (any attribute
-    read), once, whichever thread gets there first."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Any:
-        """The client, made now if it was not yet."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._make()
-        return self._client
-
-    @property
-    def made(self) -> bool:
-        return self._client is not None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.get(), name)

@@ -58,7 +58,6 @@ class Script:
 @dataclass(frozen=True)
 class Scripts:
     gate: Script
-    attach: Script
     release: Script
     settle: Script
     promise: Script
@@ -72,7 +71,6 @@ class Scripts:
     def register(cls, redis: RedisClient) -> Scripts:
         names = (
             "gate",
-            "attach",
             "release",
             "settle",
             "promise",

@@ -4,7 +4,7 @@ Lambda says how it initializes a function in ``AWS_LAMBDA_INITIALIZATION_TYPE``:
 
 - ``on-demand``: a request is waiting for init to finish, so init only builds
   client objects. Redis and MySQL connect at their first command, the SQS client
-  is made at the first send (seckill.infra.clients.OnFirstUse): a container that only
+  is made at the first send (seckill.infra.lazy.OnFirstUse): a container that only
   refuses never pays for the ones it does not use.
 - ``provisioned-concurrency``: init runs before any traffic (the sale window's
   schedule), so it connects to Redis and MySQL and makes the SQS client then.
@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from seckill.infra.clients import OnFirstUse, RedisClient
+from seckill.infra.lazy import OnFirstUse
 
-if TYPE_CHECKING:  # the authorizer uses no database: it must not import pymysql
+if TYPE_CHECKING:  # the authorizer uses no database, the edge publisher neither Redis nor MySQL
+    from seckill.infra.clients import RedisClient
     from seckill.infra.db import Database
 
 log = logging.getLogger(__name__)

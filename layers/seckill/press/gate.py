@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from seckill.ids import OrderIds
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient, RedisPipeline
 from seckill.infra.errors import Refusal, TryAgain
@@ -34,29 +35,30 @@ _CACHEABLE = {ENDED, SOLD_OUT}
 
 @dataclass(frozen=True)
 class Reservation:
-    """One unit of stock held for one user by one request. ``order_id`` is set when
-    the request resumed a reservation that already carries one (see ``lua/gate.lua``)."""
+    """One unit of stock held for one user by one request, for one order id: the press's
+    own, or with ``resumed`` that of an earlier request of the user which no client was
+    told 202 for (see ``lua/gate.lua``). ``last``: this press took the voucher's last unit."""
 
     voucher_id: int
     user_id: int
     token: str
     accepted_ms: int
-    order_id: int | None = None
+    order_id: int
+    resumed: bool = False
+    last: bool = False
 
 
-ATTACHED, GONE, TAKEN_OVER = 1, 0, 2
-
-_MARK = re.compile(r"(\d+):([^:]+)(?::(\d+)(:promised)?)?")
+_MARK = re.compile(r"(\d+):([^:]+):(\d+)(:promised)?")
 
 
 @dataclass(frozen=True)
 class Mark:
     """A reservation as ``seckill:pending:{v}`` holds it (docs/reservations.md):
-    ``<acceptedMs>:<requestToken>[:<orderId>[:promised]]``."""
+    ``<acceptedMs>:<requestToken>:<orderId>[:promised]``."""
 
     accepted_ms: int
     token: str
-    order_id: int | None
+    order_id: int
     promised: bool
 
     @classmethod
@@ -64,7 +66,7 @@ class Mark:
         found = _MARK.fullmatch(value)
         if found is None:
             return None
-        return cls(int(found[1]), found[2], int(found[3]) if found[3] else None, bool(found[4]))
+        return cls(int(found[1]), found[2], int(found[3]), bool(found[4]))
 
 
 @dataclass(frozen=True)
@@ -84,21 +86,31 @@ class Gate:
         scripts: Scripts,
         refusal_cache_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        ids: OrderIds | None = None,
     ) -> None:
         self._redis = redis
         self.scripts = scripts
+        self.ids = ids or OrderIds(redis)
         self.refusal_cache_seconds = refusal_cache_seconds
         self.clock = clock
         self._refused: dict[int, tuple[float, Refusal]] = {}
 
     def reserve(
-        self, voucher_id: int, user_id: int, token: str | None = None, ticket: str = ""
+        self,
+        voucher_id: int,
+        user_id: int,
+        token: str | None = None,
+        order_id: int | None = None,
+        ticket: str = "",
     ) -> Reservation | Refusal | Unsent:
-        """One Redis round trip; none while a recent SOLD_OUT/ENDED is remembered.
-        ``token`` names this request's reservation (by default 32 random hex digits,
-        made only when Redis is asked). ``ticket``: the press's valid pass's, on a draw
-        voucher (a draw's refusals depend on it, so none is remembered for it). ``TryAgain``
-        when Redis has lost its data (the voucher may exist after all)."""
+        """One Redis round trip (and, about once in ``OrderIds.block`` winners, a lease);
+        none while a recent SOLD_OUT/ENDED is remembered. ``token`` names this request's
+        reservation (by default 32 random hex digits, made only when Redis is asked);
+        ``order_id`` the id it brings (by default the next of the container's block; an
+        id the gate did not use goes back to the block, one whose call failed does not:
+        the script may have run). ``ticket``: the press's valid pass's, on a draw voucher
+        (a draw's refusals depend on it, so none is remembered for it). ``TryAgain`` when
+        Redis has lost its data (the voucher may exist after all)."""
         cached = None if ticket else self._refused.get(voucher_id)
         if cached is not None:
             expires, refusal = cached
@@ -109,16 +121,21 @@ class Gate:
         if token is None:
             # As uuid4().hex, from os.urandom at a third of its cost.
             token = os.urandom(16).hex()
-        code, now_ms, order_id, *holder = self.scripts.gate(
-            keys=keys.gate_keys(voucher_id), args=(user_id, token, ticket)
+        offered = self.ids.take() if order_id is None else order_id
+        code, now_ms, reserved, extra = self.scripts.gate(
+            keys=keys.gate_keys(voucher_id), args=(user_id, token, offered, ticket)
         )
-        if code in (OK, RESUMED):
-            return Reservation(voucher_id, user_id, token, now_ms, int(order_id) if order_id else None)
+        if order_id is None and (code != OK or int(reserved) != offered):
+            self.ids.give_back(offered)
+        if code == OK:
+            return Reservation(voucher_id, user_id, token, now_ms, int(reserved), last=extra == 0)
+        if code == RESUMED:
+            return Reservation(voucher_id, user_id, token, now_ms, int(reserved), resumed=True)
         if code == ENDED_UNSENT:
             # The earlier request's reservation: its token and acceptance time.
             if not ticket:
                 self.remember_refusal(voucher_id, ENDED)
-            return Unsent(Reservation(voucher_id, user_id, holder[0], now_ms, int(order_id)))
+            return Unsent(Reservation(voucher_id, user_id, extra, now_ms, int(reserved)))
         if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE and not ticket:
@@ -129,14 +146,6 @@ class Gate:
         """Repeat this refusal without asking Redis for a while (SOLD_OUT, ENDED)."""
         if self.refusal_cache_seconds > 0:
             self._refused[voucher_id] = (self.clock() + self.refusal_cache_seconds, REFUSALS[code])
-
-    def attach(self, reservation: Reservation, order_id: int) -> int:
-        """Write the order id onto the reservation: ATTACHED, GONE or TAKEN_OVER."""
-        return int(
-            self.scripts.attach(
-                keys=[keys.pending(reservation.voucher_id)], args=[reservation.user_id, reservation.token, order_id]
-            )
-        )
 
     def promise(self, voucher_id: int, user_id: int, order_id: int) -> bool:
         """Record that the client is told 202 for this order; False if its mark is

@@ -1,9 +1,8 @@
-"""Placing a seckill order (gate -> order id -> queue) and reading its status."""
+"""Placing a seckill order (gate, with its order id -> queue) and reading its status."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,26 +12,15 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, holds
+from seckill.edge.state import NO_EDGE, StateQueue
 from seckill.hints import FAILED, PENDING
-from seckill.ids import next_order_id
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import fail_unqueued
-from seckill.press.gate import (
-    ATTACHED,
-    DUPLICATE,
-    ENDED,
-    NO_PASS,
-    NOT_FOUND,
-    REFUSALS,
-    TAKEN_OVER,
-    Gate,
-    Reservation,
-    Unsent,
-)
+from seckill.press.gate import ENDED, NO_PASS, NOT_FOUND, REFUSALS, Gate, Reservation, Unsent
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -48,8 +36,9 @@ def place_order(
     *,
     status_ttl: int,
     ticket: str = "",
+    edge: StateQueue = NO_EDGE,
 ) -> int | Refusal:
-    """Reserve in Redis, then queue the order; the order id is made only for winners.
+    """Reserve in Redis with an order id in hand, then queue the order.
 
     Returns the order id the client is answered 202 with, or the gate's refusal
     (returned, not raised: most presses of a sale are refused). The rule for the
@@ -61,51 +50,31 @@ def place_order(
     if even that fails, left unpromised: the user's next press resumes that order
     (after the sale, fails it), and reconciliation otherwise fails it, so it can never
     be confirmed unseen. ``ticket``: that of the press's valid pass ('' without one),
-    which a draw voucher's gate wants (docs/draw.md).
+    which a draw voucher's gate wants (docs/draw.md). The press that took the voucher's
+    last unit then tells the edge itself (``edge``), one message in the sale; the
+    persister's notice is the backstop.
     """
     try:
         reservation = gate.reserve(voucher_id, user_id, ticket=ticket)
     except (RedisConnectionError, RedisTimeoutError) as exc:
         # The script may have run before its reply was lost: that reservation carries
-        # no order id, and the user's next press takes it over.
+        # this press's order id, never sent; the user's next press takes it over.
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
     if isinstance(reservation, Refusal):
         return _not_in_redis(gate, db, voucher_id, ticket) if reservation is REFUSALS[NOT_FOUND] else reservation
     if isinstance(reservation, Unsent):
         _fail_unsent(gate, db, reservation.reservation)
         return REFUSALS[ENDED]
+    message = OrderMessage(reservation.order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
     # A resumed order id may be on the queue already: an earlier request sent it.
-    resumed = reservation.order_id is not None
-    if reservation.order_id is not None:
-        order_id = reservation.order_id
-    else:
-        attached = _attach_new_id(gate, redis, reservation)
-        if isinstance(attached, Refusal):
-            return attached
-        order_id = attached
-        reservation = replace(reservation, order_id=order_id)  # so a failed release logs it
-    message = OrderMessage(order_id, user_id, voucher_id, from_ms(reservation.accepted_ms))
-    if queue.send(message) is not Sent.REFUSED or resumed:
-        _promise(gate, redis, message, status_ttl)
-        return order_id
-    # Certainly not on the queue, and no other request ever sent this id.
-    _release(gate, reservation)
-    raise TryAgain("the order could not be queued, please try again")
-
-
-def _attach_new_id(gate: Gate, redis: RedisClient, reservation: Reservation) -> int | Refusal:
-    try:
-        order_id = next_order_id(redis)
-        attached = gate.attach(reservation, order_id)
-    except Exception as exc:
+    if queue.send(message) is Sent.REFUSED and not reservation.resumed:
+        # Certainly not on the queue, and no other request ever sent this id.
         _release(gate, reservation)
-        raise TryAgain("the order could not be queued, please try again") from exc
-    if attached == TAKEN_OVER:
-        # A later press of the same user holds the reservation now and answers for it.
-        return REFUSALS[DUPLICATE]
-    if attached != ATTACHED:
-        raise TryAgain("the reservation expired, please try again")
-    return order_id
+        raise TryAgain("the order could not be queued, please try again")
+    _promise(gate, redis, message, status_ttl)
+    if reservation.last:
+        edge.notice(gate.scripts, voucher_id)
+    return reservation.order_id
 
 
 def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -> None:
@@ -148,7 +117,7 @@ def _fail_unsent(gate: Gate, db: Database, reservation: Reservation) -> None:
     happens here, the press is answered ENDED: a failure is left to reconciliation."""
     order_id = reservation.order_id
     try:
-        if order_id is not None and fail_unqueued(
+        if fail_unqueued(
             db, OrderMessage(order_id, reservation.user_id, reservation.voucher_id, from_ms(reservation.accepted_ms))
         ):
             # No edge notice: the sale has closed, and the edge answers ENDED by the window.

@@ -12,7 +12,6 @@ Safe at any time, alongside live traffic, and any number of times in a row:
      duplicate;
    - failed (``NOT_QUEUED``) and released, if its order was never promised (the
      request answered 503 or died): a copy still on its way is then refused;
-   - released, if it has no order id: the request died before it could answer 202;
 3. every hold past its deadline is expired, by ``seckill.holds.expire`` as the
    expiry function would: a lost or dead-lettered expiry (or an order stored
    with no ``pay_by``) keeps a unit off sale one pass at most;
@@ -71,7 +70,6 @@ class VoucherReconciled:
     missing: bool = False  # lost from Redis: recovery's to rebuild
     requeued: list[str] = field(default_factory=list)  # order ids
     failed: list[str] = field(default_factory=list)  # order ids never promised nor queued
-    released: list[int] = field(default_factory=list)  # user ids
     cleared: list[str] = field(default_factory=list)  # order ids already decided
     expired: list[str] = field(default_factory=list)  # order ids of holds past their deadline, expired now
     returned: list[str] = field(default_factory=list)  # order ids of closed holds whose unit Redis missed
@@ -91,7 +89,6 @@ class Reconciled:
             "missing": sum(x.missing for x in v),
             "requeued": sum(len(x.requeued) for x in v),
             "failed": sum(len(x.failed) for x in v),
-            "released": sum(len(x.released) for x in v),
             "cleared": sum(len(x.cleared) for x in v),
             "expired": sum(len(x.expired) for x in v),
             "returned": sum(len(x.returned) for x in v),
@@ -137,14 +134,9 @@ def resolve_pending(
         mark = Mark.parse(value)
         if mark is not None and str(user).isdigit() and mark.accepted_ms <= older_than_ms:
             stale.append((int(user), mark))
-    decided = decided_orders(db, [m.order_id for _, m in stale if m.order_id is not None])
+    decided = decided_orders(db, [m.order_id for _, m in stale])
     for user_id, mark in stale:
-        reservation = Reservation(voucher_id, user_id, mark.token, mark.accepted_ms)
-        if mark.order_id is None:
-            # The request died before it had an order id to answer 202 with.
-            if gate.release(reservation):
-                result.released.append(user_id)
-            continue
+        reservation = Reservation(voucher_id, user_id, mark.token, mark.accepted_ms, mark.order_id)
         order = OrderMessage(mark.order_id, user_id, voucher_id, from_ms(mark.accepted_ms))
         if mark.order_id in decided:
             if gate.settle(voucher_id, user_id, mark.order_id):

@@ -31,7 +31,7 @@ from pymysql.cursors import DictCursor
 from redis.exceptions import LockError
 
 from seckill import hints
-from seckill.ids import BEGIN_EPOCH, COUNT_BITS, SEQUENCE_MASK
+from seckill.ids import BEGIN_EPOCH, COUNT_BITS, LEASE_GAP, SEQUENCE_MASK
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.config import Settings
@@ -42,8 +42,9 @@ from seckill.repair.restore import Mode, Restored, restore, voucher_ids_on_sale
 
 
 def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None = None) -> int:
-    """Raise today's order-id counter to the largest sequence MySQL holds for today,
-    so ids made after a loss never repeat ids already handed out."""
+    """Raise today's order-id counter to ``LEASE_GAP`` above the largest sequence MySQL
+    holds for today, so ids made after a loss repeat neither stored ids nor those of
+    the blocks containers leased before it (seckill.ids.OrderIds)."""
     now = now or datetime.now(UTC)
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     first_id = (int(day_start.timestamp()) - BEGIN_EPOCH) << COUNT_BITS
@@ -59,7 +60,7 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
         return int(row["seq"])
 
     floor = db.run(read, read_only=True)
-    return int(scripts.counter_floor(keys=[keys.order_counter(now)], args=[floor]))
+    return int(scripts.counter_floor(keys=[keys.order_counter(now)], args=[floor + LEASE_GAP]))
 
 
 def rebuild_voucher(

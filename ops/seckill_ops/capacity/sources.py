@@ -320,9 +320,9 @@ ASSUMPTIONS: dict[str, Assumption] = {
         Assumption("authorizer_cache_s", 30, "s", "template.yaml: ReauthorizeEvery (answers cached per token)"),
         Assumption(
             "redis_per_accepted",
-            4,
+            2,
             "Redis commands per accepted press",
-            "benchmarks/README.md: the gate, the order id, the attach, the promise",
+            "benchmarks/README.md: the gate, the promise (the block lease: one in 1,000)",
         ),
         Assumption(
             "redis_per_refused",
