@@ -50,6 +50,7 @@ INVOKED = {
     "ReconcilerFunction",
     "OrderExpiryFunction",
     "EdgePublisherFunction",
+    "DrawClockFunction",
 }
 
 
@@ -342,6 +343,14 @@ def test_token_minter_from_the_artifact(invoke: Invoke, redis: Any) -> None:
     finally:
         redis.delete(keys.login_token(token))
     assert "userIds" in refused["error"]
+
+
+def test_draw_clock_from_the_artifact(invoke: Invoke) -> None:
+    """Its module and handler run from the artifact: a malformed record is a batch item failure."""
+    event = load_event("draw_clock.json")
+    event["Records"][0].update(messageId="bad", body='{"voucherId": "x"}')
+    (answer,) = invoke("DrawClockFunction", [event])
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "bad"}]}
 
 
 def test_reconciler_from_the_artifact(invoke: Invoke, make_voucher: Callable[..., int], gate: Any, redis: Any) -> None:

@@ -162,7 +162,7 @@ def test_the_edge_answers_every_draw_refusal_as_the_function_does(
             """The press answered at the edge, then by the function behind it."""
             state = claim(scripts, voucher_id, again=True)
             assert state is not None
-            publisher.publish(state)
+            publisher.publish([state])
             at_edge = http.request("POST", press, headers=headers)
             assert at_edge.headers.get("x-seckill-edge") == "1", at_edge.data
             etag = kvs.describe_key_value_store(KvsARN=KVS_ARN)["ETag"]
