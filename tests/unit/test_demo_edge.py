@@ -63,6 +63,10 @@ def test_a_sale_the_edge_took_over_after_the_flag() -> None:
     # 1.35 s was sent before the first edge answer (1.401 s): it may reach the function.
     assert "0 presses sent after it reached the function" in checks[2].detail
     assert check_server(presses, {"answered": 3, "forwarded": 4, "failed": 0}).ok
+    # Status and cancel calls go through the edge too: more forwarded is fine, fewer is not.
+    assert check_server(presses, {"answered": 3, "forwarded": 9, "failed": 0}).ok
+    assert not check_server(presses, {"answered": 3, "forwarded": 3, "failed": 0}).ok
+    assert not check_server(presses, {"answered": 2, "forwarded": 4, "failed": 0}).ok
 
 
 def test_a_press_reaching_the_function_after_the_flag_fails() -> None:
