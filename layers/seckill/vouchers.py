@@ -99,6 +99,16 @@ class SeckillVoucherIn(VoucherIn):
     """The body of ``POST /voucher/seckill``: a voucher plus stock, sale window and hold. The window's
     end is after its begin and not yet passed, and both times fall within the years 1 to 9999 in UTC."""
 
+    # The document says what _admission checks: a draw's parameters only with admission "draw".
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"admission": {"const": "draw"}}, "required": ["admission"]},
+                {"properties": {to_camel(name): {"type": "null"} for name in DRAW_DEFAULTS}},
+            ]
+        }
+    )
+
     type: SeckillType = SECKILL
     stock: Annotated[int, Field(gt=0, le=10_000_000)]
     begin_time: LocalTime

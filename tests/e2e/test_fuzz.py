@@ -12,8 +12,9 @@ admits is accepted and one it refuses is refused, so the document says exactly w
 service takes; and the stateful ones (ignored auth, use after free...).
 
 A seckill voucher's window has rules no JSON Schema can state (its end after its begin
-and not yet passed; the route's description says so): a positive case that breaks them
-is not sent, as it is no well-formed request.
+and not yet passed, a draw's begin more than ``drawCloseSeconds`` from now; the route's
+description says so): a positive case that breaks them is not sent, as it is no
+well-formed request.
 
 OrderPersisterFunction is fed from OrderQueue as its event source mapping would, so a press
 the gate let through becomes a CONFIRMED order: the owner's known order can be cancelled or
@@ -49,8 +50,10 @@ from schemathesis.openapi.checks import MissingHeaderNotRejected
 
 from seckill.infra import keys
 from seckill.infra.db import Credentials
+from seckill.infra.timeutil import parse_iso, to_utc
 from seckill.openapi import ADMIN, USER
 from seckill.tokens import mint_tokens
+from seckill.vouchers import DRAW_DEFAULTS
 from seckill_demo.faults import PrivateRedis
 from seckill_local.checkout import TEMPLATE
 from seckill_local.feeder import QueueFeeder
@@ -102,13 +105,13 @@ def flatmap_path_parameters(context: schemathesis.HookContext, path_parameters: 
 
 def in_utc(text: str) -> datetime:
     """A body's time in UTC; a naive one is read in UTC, the fuzzed API's SECKILL_TIMEZONE."""
-    moment = datetime.fromisoformat(text)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    return to_utc(parse_iso(text), UTC)
 
 
 @schema.hook
 def filter_case(context: schemathesis.HookContext, case: schemathesis.Case) -> bool:
-    """Keeps a positive seckill voucher only if its window is one the service can open."""
+    """Keeps a positive seckill voucher only if its window is one the service can open
+    (a draw's, one whose entries can still close before it)."""
     meta = case.meta
     if case.operation.label != "POST /voucher/seckill" or meta is None or not meta.generation.mode.is_positive:
         return True
@@ -116,7 +119,12 @@ def filter_case(context: schemathesis.HookContext, case: schemathesis.Case) -> b
         begin, end = in_utc(case.body["beginTime"]), in_utc(case.body["endTime"])
     except OverflowError:  # outside the years 1-9999 in UTC
         return False
-    return begin < end and end > datetime.now(UTC) + WINDOW_MARGIN
+    now = datetime.now(UTC)
+    if case.body.get("admission") == "draw":
+        close = case.body.get("drawCloseSeconds") or DRAW_DEFAULTS["draw_close_seconds"]
+        if begin <= now + timedelta(seconds=close) + WINDOW_MARGIN:
+            return False
+    return begin < end and end > now + WINDOW_MARGIN
 
 
 @schema.hook
@@ -134,13 +142,17 @@ def map_case(context: schemathesis.HookContext, case: schemathesis.Case) -> sche
 
 
 def integer_fields(operation: schemathesis.APIOperation) -> set[str]:
-    """The integer properties of an operation's JSON body, by the document."""
+    """The integer properties of an operation's JSON body, by the document (an optional one too)."""
     body = operation.definition.raw.get("requestBody")
     if body is None:
         return set()
     model = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     properties = SPEC["components"]["schemas"][model]["properties"]
-    return {name for name, definition in properties.items() if definition.get("type") == "integer"}
+    return {
+        name
+        for name, definition in properties.items()
+        if any(branch.get("type") == "integer" for branch in definition.get("anyOf", [definition]))
+    }
 
 
 @schema.hook
