@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.crowd import print_crowd
+
 
 def _row(report: dict[str, Any], scenario: str, side: str = "ours") -> dict[str, Any] | None:
     rows = [
@@ -371,6 +373,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         _print_edge(report["edge"], console)
     if "draw" in report:
         _print_draw(report["draw"], console)
+    if "crowd" in report:
+        print_crowd(report["crowd"], console)
     table = Table(title="Targets (issues 8 and 25)")
     for col in ("target", "goal", "measured", "", "by"):
         table.add_column(col, justify="left" if col == "target" else "right")

@@ -267,6 +267,9 @@ def edge_figures(
     if first_edge is None:
         wins = [answered_at(p, started) for p in presses[:first_wave] if p.status == 202]
     last_202 = max((t for t in wins if first_edge is None or t < first_edge), default=None)
+    # The crowd's first second, from its first press: what reached the function before any flag could.
+    crowd = min((p.sent for p in presses), default=started)
+    first = [p for p in presses if p.status and p.sent - crowd < 1]
     flag_lags = [lag for lag in (s.lag_ms for s in sellouts) if lag is not None]
     flagged = [r for r in returns if r.flagged]
     clear_lags = [lag for lag in (r.lag_ms for r in flagged) if lag is not None]
@@ -275,6 +278,8 @@ def edge_figures(
         "forwarded": len(forwarded),
         "share_of_presses": len(answered) / len(presses) if presses else 0.0,
         "share_of_refusals": len(answered) / len(refusals) if refusals else 0.0,
+        "first_second": len(first),
+        "first_second_forwarded": sum(not p.edge for p in first),
         "share_after_sellout": sum(p.edge for p in after) / len(after) if after else 0.0,
         "presses_after_sellout": len(after),
         "share_settled_after_sellout": sum(p.edge for p in settled) / len(settled) if settled else None,

@@ -272,6 +272,10 @@ def edge_rows(table: Table, edge: dict[str, Any]) -> None:
         f"{edge['share_of_presses']:.1%} / {edge['share_of_refusals']:.1%}",
     )
     table.add_row(
+        "edge: the first second (from the first press), reached the function",
+        f"{edge['first_second_forwarded']:,} of {edge['first_second']:,}",
+    )
+    table.add_row(
         "edge: share of presses after sell-out",
         f"{edge['share_after_sellout']:.1%} of {edge['presses_after_sellout']:,}",
     )

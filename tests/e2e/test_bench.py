@@ -15,7 +15,7 @@ from seckill_local.checkout import ROOT
 
 pytestmark = pytest.mark.e2e
 
-SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge", "draw")
+SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge", "draw", "crowd")
 
 
 def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
         env=os.environ.copy(),
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -110,6 +110,20 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert draw["verify_share_of_accepted"] > 0
     assert any("draw (pass and cursor) vs race" in t["target"] for t in report["targets"])
     assert "(7) A draw's press against a race's" in done.stdout
+
+    crowd = report["crowd"]
+    (sales,) = crowd["rounds"]
+    assert set(sales) == {"race", "draw"}
+    for mode, sale in sales.items():
+        assert sale["ok"] is True, sale  # the main job's every check held
+        assert sale["presses"] == crowd["sizes"]["users"] * 3
+        assert 0 < sale["first_second_at_function"] <= sale["first_second"] <= sale["presses"], mode
+    # Only the admitted reach the function in a draw: the main job's own check, seen from here.
+    assert 0 < sales["draw"]["at_function"] <= sales["draw"]["admitted"] * 3
+    assert sales["race"]["admitted"] is None
+    assert set(crowd["summary"]) == {"race", "draw"}
+    assert "(8) The crowd's first second at the function" in done.stdout
+    assert (tmp_path / "crowd-race.png").stat().st_size > 0
 
     assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
     for target in report["targets"]:  # a miss says why, from the same report

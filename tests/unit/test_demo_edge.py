@@ -53,6 +53,8 @@ def test_a_sale_the_edge_took_over_after_the_flag() -> None:
     assert figures["share_of_presses"] == 3 / 7
     assert figures["share_of_refusals"] == 3 / 5
     assert figures["share_after_sellout"] == 3 / 5  # sent from 1.0 s on
+    # The first second runs from the first press (0.5 s): 1.4 s is in it, 1.5 s is not.
+    assert (figures["first_second"], figures["first_second_forwarded"]) == (5, 4)
     assert figures["share_settled_after_sellout"] == 3 / 4  # sent from 1.2 s on
     assert figures["presses_settled_after_sellout"] == 4
     assert round(figures["flag_lag_ms"]) == round((1.401 - 1.0) * 1000)  # answered 1 ms after sent; 202 after 10 ms
