@@ -20,7 +20,8 @@ by default, installed by make bench; --transport picks another). Writes
 <out>/latest.json and PNG plots, and prints the tables with the issue's targets.
 
 Exit codes: 0 measured (targets met or not), 1 a correctness check failed (a side
-did not sell exactly the stock, or a sale of (8) failed one of its checks), 2 Redis or MySQL unreachable, or bad arguments.
+did not sell exactly the stock, or a sale of (8) failed one of its checks), 2 Redis or
+MySQL unreachable, or bad arguments.
 """
 
 from __future__ import annotations
