@@ -7,7 +7,10 @@ gate, the persister crashing mid-batch. From outside, by this module: Redis
 answers lost on their way back (a proxy between the functions and a Redis of the
 run's own), MySQL connections killed, malformed messages on the queue, the
 persister down while half of the waiting orders are dead-lettered, and Redis
-restarted empty mid-sale. Every draw comes from the run's seed.
+restarted empty mid-sale. With holds, the faults of the waves after the first:
+expiry messages early, late and deleted, the expiry consumer down, Redis answers
+lost while the holds resolve (and the edge's, ``seckill_demo.edge_faults``).
+Every draw comes from the run's seed.
 """
 
 from __future__ import annotations
@@ -20,34 +23,24 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pymysql
-from redis.exceptions import RedisError
 from rich.progress import Progress
 
 from seckill.expiry import ExpiryMessage, ExpiryQueue
-from seckill.infra import keys
 from seckill.infra.db import Credentials
-from seckill.infra.errors import TryAgain
-from seckill.messages import OrderQueue
-from seckill.press.gate import Gate
-from seckill.press.orders import place_order
 from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.repair.recovery import recover_if_lost
 from seckill.tokens import store_tokens
 from seckill_demo.faults import ENV as FAULTS_ENV
 from seckill_demo.faults import HOOK, ConnectionKiller, PrivateRedis, read_log, record, rng
+from seckill_demo.holds_outcome import Holds
 from seckill_demo.load import TOKEN_TTL, Press
 from seckill_demo.proxy import LossyProxy
 from seckill_demo.report import Fault
+from seckill_demo.sale import EXPIRY_QUEUE, LocalSale
 from seckill_local.lambdas import WORKER_HOOK
 from seckill_local.ports import free_port
-from seckill_local.sqs import sqs_client
-
-if TYPE_CHECKING:
-    from seckill_demo.holds import Holds
-    from seckill_demo.scenario import LocalSale
 
 # Per function: every fault on, at rates a 1,000-user sale notices.
 RATES = {
@@ -58,7 +51,6 @@ ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' 
 RECONCILE_EVERY = 2.0  # seconds, in chaos runs; ReconcilerFunction runs every few minutes in AWS
 REPLY_LOSS_EVERY = 0.5  # seconds between bursts of lost Redis replies
 REPLY_LOSS_BURST = 4  # replies lost in a row: more than redis-py's retries, so some presses get 503
-EXPIRY_QUEUE = "OrderExpiryQueue"
 DELETED_EXPIRY = 0.5  # share of the orders whose expiry messages are deleted while the consumer is down
 MALFORMED = ['{"orderId": 17}', "not json", '{"orderId": "1", "userId": "me", "voucherId": 1, "acceptedAt": "x"}']
 
@@ -389,117 +381,6 @@ class Chaos:
                 "see invariants",
             ),
         ]
-
-
-# The edge's faults, with holds: each waits for the moment it needs in the waves after the
-# first (units back, then sold out again), and gives up at the run's end.
-EDGE_FAULT_POLL = 0.02  # seconds between two looks at the store and at Redis stock
-
-
-def _store_sold_out(sale: LocalSale) -> Callable[[], bool | None]:
-    """What the edge's store says of the sale: sold out, not, or None (no entry)."""
-    assert sale.stack.edge is not None
-    read = sale.stack.edge.reader(sale.voucher_id)
-
-    def sold_out() -> bool | None:
-        entry = read()
-        return None if entry is None else bool(json.loads(entry)["soldOut"])
-
-    return sold_out
-
-
-def forget_edge_records(sale: LocalSale, log: Path, stop: threading.Event) -> None:
-    """Redis forgets its last writes to the voucher's edge record (a failover to a replica
-    that had not received them, a restore from a backup): the record as it was while the
-    store said the sale was open, put back once the store says sold out again. A unit
-    back then matches what Redis remembers, so no notice publishes it; only the sweep,
-    comparing with the store, clears the flag (docs/edge.md, "What Redis forgets")."""
-    key, sold_out = keys.edge(sale.voucher_id), _store_sold_out(sale)
-    backup: dict[str, str] = {}
-    while not stop.wait(EDGE_FAULT_POLL):
-        try:
-            if not backup:
-                record_now = sale.redis.hgetall(key)
-                if sold_out() is False and '"soldOut":false' in record_now.get("state", ""):
-                    backup = record_now
-            elif sold_out():
-                sale.redis.delete(key)
-                sale.redis.hset(key, mapping=backup)
-                record(log, "redis-forgot-edge-records", version=int(backup["v"]))
-                return
-        except RedisError:
-            continue  # Redis restarted in a chaos run
-
-
-def fail_send_after_sellout(sale: LocalSale, log: Path, stop: threading.Event, user_id: int) -> None:
-    """A press whose send fails after the sell-out (``seckill.press.orders.place_order``):
-    it reserves a unit while units are back on sale, its SQS send stalls until the store
-    says sold out (the other units sold meanwhile), then is refused; the press gives its
-    unit back and answers 503, and nothing tells the edge (ReconcilerFunction's edge
-    notice does, docs/edge.md)."""
-    sold_out = _store_sold_out(sale)
-    stalled = sqs_client(sale.stack.sqs_endpoint)
-    sent: list[bool] = []
-
-    def stall(**_: object) -> None:
-        sent.append(True)
-        while not stop.is_set() and not sold_out():
-            time.sleep(EDGE_FAULT_POLL)
-
-    stalled.meta.events.register("before-call.sqs.SendMessage", stall, unique_id="stall-until-sold-out")
-    # A queue that does not exist: SQS refuses the send (400), so nothing was stored.
-    refused = OrderQueue(stalled, f"{sale.queue_url}-refused")
-    gate = Gate(sale.redis, sale.scripts, refusal_cache_seconds=0)
-    while not stop.wait(EDGE_FAULT_POLL):
-        try:
-            if sold_out() is not False or int(sale.redis.get(keys.stock(sale.voucher_id)) or 0) <= 0:
-                continue
-            place_order(gate, sale.redis, refused, sale.db, sale.voucher_id, user_id, status_ttl=60)
-        except TryAgain:
-            if sent:  # else Redis was out of reach before the send: try again later
-                record(log, "send-failed-after-sell-out", user=user_id)
-                return
-        except RedisError:
-            continue  # Redis restarted in a chaos run
-
-
-@contextlib.contextmanager
-def edge_faults(sale: LocalSale, log: Path, user_id: int) -> Iterator[None]:
-    """Both edge faults, each in a thread of its own, while the waves run."""
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=forget_edge_records, args=(sale, log, stop), daemon=True),
-        threading.Thread(target=fail_send_after_sellout, args=(sale, log, stop, user_id), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-
-
-def edge_faults_table(log: Path, refused: str) -> list[Fault]:
-    """The edge's faults and what absorbed them; ``refused``: the check's figures."""
-    injected = Counter(line["fault"] for line in read_log(log))
-    return [
-        Fault(
-            "Redis forgot its edge record (restored from before the sell-out)",
-            injected["redis-forgot-edge-records"],
-            "a unit back matches what Redis remembers, so no notice is sent; the sweep claims every state "
-            "anew and the publisher writes where the store differs",
-            refused,
-        ),
-        Fault(
-            "a press's send refused after the sell-out was published",
-            injected["send-failed-after-sell-out"],
-            "the press gives its unit back and answers 503; ReconcilerFunction's edge notice publishes the "
-            "unit back (or the sweep, if Redis forgot)",
-            refused,
-        ),
-    ]
 
 
 def dead_letter_half_of_the_queue(sale: LocalSale) -> int:

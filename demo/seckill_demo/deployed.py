@@ -28,7 +28,7 @@ from seckill.messages import queue_depth
 from seckill_demo.admin_client import AdminClient
 from seckill_demo.load import TOKEN_TTL, Press, promised
 from seckill_demo.report import NOT_CHECKED_FROM_OUTSIDE, Check, Report, check_from_outside
-from seckill_demo.scenario import Sale, console, finish, progress_bars
+from seckill_demo.sale import Sale, console, finish, progress_bars
 from seckill_ops.stack_outputs import MINTER_FUNCTION_NAME, QUEUE_URLS
 from seckill_ops.stack_outputs import read as stack_outputs_of
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import urllib3
 from rich.progress import Progress
@@ -23,10 +23,8 @@ from rich.progress import Progress
 from seckill_demo.faults import rng
 from seckill_demo.load import TRY_AGAIN_RETRIES, Press
 from seckill_demo.report import Check
+from seckill_demo.sale import LocalSale
 from seckill_ops.draw import audit, fetch_record
-
-if TYPE_CHECKING:
-    from seckill_demo.scenario import LocalSale
 
 # How near a move's `at` the edge forwards a press rather than pick a cursor (the clock skew it allows).
 EDGE_SKEW = 1.0

@@ -42,7 +42,8 @@ from seckill.migrate import migrate
 from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
-from seckill_demo.scenario import LocalSale, console, run_local_sale
+from seckill_demo.sale import LocalSale, console
+from seckill_demo.scenario import run_local_sale
 from seckill_demo.stack import LocalStack, preflight
 from seckill_local.lambdas import local_parameters
 from seckill_local.node import MISSING, node
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"local API on {stack.api_url}, SQS on {stack.sqs_endpoint}, logs in {tmp}")
             if stack.edge is not None:
                 console.print(f"the users press through the edge on {stack.edge.url}")
-            return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http, chaos), creds)
+            return run_local_sale(LocalSale(args, stack, redis, Database(creds), tmp, http), chaos, creds)
         finally:
             if stack is not None:
                 stack.stop()

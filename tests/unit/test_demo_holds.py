@@ -7,8 +7,9 @@ import io
 
 from rich.console import Console
 
-from seckill_demo.holds import Answer, Holds, HoldsOutcome, check_holds
+from seckill_demo.holds_outcome import Holds, HoldsOutcome, check_holds
 from seckill_demo.load import percentiles
+from seckill_demo.payer import Answer
 from seckill_demo.report import Report, render
 
 # Stock 4: orders 1 and 2 paid, 3 expired and 4 cancelled (their units resold to 5 and 6).
