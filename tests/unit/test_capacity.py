@@ -17,7 +17,8 @@ from seckill_ops.capacity import model as sale_model
 from seckill_ops.capacity.costs import plan_choice
 from seckill_ops.capacity.draw import blind_seconds, model_draw, moves, origin_fetches_per_second
 from seckill_ops.capacity.kvs import Fleet, calls_before, kvs_calls
-from seckill_ops.capacity.model import Check, Profile, Scenario, before_waf, model, throttle
+from seckill_ops.capacity.model import Check, Scenario, before_waf, model, throttle
+from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES
 
 # 1,000 users x 3 presses for 10 units over 10 s: 1,500 presses in the first second, then

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.sources import assumed, figure
-
-if TYPE_CHECKING:
-    from seckill_ops.capacity.model import Profile
 
 
 @dataclass

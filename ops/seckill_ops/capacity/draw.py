@@ -11,7 +11,6 @@ from dataclasses import replace
 from seckill_ops.capacity.costs import price_sale
 from seckill_ops.capacity.model import (
     Check,
-    Profile,
     Scenario,
     Traffic,
     apigw_check,
@@ -21,6 +20,7 @@ from seckill_ops.capacity.model import (
     sale,
     throttle,
 )
+from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.sources import assumed, figure
 
 

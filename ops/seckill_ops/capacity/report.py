@@ -15,12 +15,12 @@ from seckill_ops.capacity.kvs import Calls, Fleet, calls_before, kvs_calls
 from seckill_ops.capacity.model import (
     DRAW_COUNTS,
     Check,
-    Profile,
     Scenario,
     apigw_quota,
     before_waf,
     lambda_request_rate,
 )
+from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, assumed, figure
 
 # No AWS page says whether API Gateway bills a request it throttles. The page that said it did
