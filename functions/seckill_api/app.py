@@ -10,24 +10,16 @@ returns refusals as values: why, and what that buys, in docs/architecture.md
 
 from __future__ import annotations
 
-import os
-import re
 import time
 import warnings
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
-import pymysql
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import holds, openapi, passes, vouchers
 from seckill.draw import entries, moves
@@ -36,12 +28,13 @@ from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
 from seckill.infra.clients import redis_client, sqs_client
 from seckill.infra.config import Settings
-from seckill.infra.db import Database, is_connection_error
+from seckill.infra.db import Database
 from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, TryAgain, Unauthorized
 from seckill.infra.lazy import OnFirstUse
 from seckill.infra.logcontext import LogContext
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import to_ms
+from seckill.infra.unreachable import unreachable
 from seckill.messages import OrderQueue
 from seckill.press import orders
 from seckill.press.gate import Gate
@@ -70,20 +63,6 @@ db = Database.from_settings(settings)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
 PRESS = "POST /voucher-order/seckill/{voucherId}"
-UNAVAILABLE = (
-    pymysql.err.OperationalError,
-    pymysql.err.InterfaceError,
-    RedisConnectionError,
-    RedisTimeoutError,
-    BotoConnectionError,
-    BotoReadTimeoutError,
-)
-
-
-def traced() -> bool:
-    """Whether X-Ray keeps this invocation: tracing is on and the trace header does not
-    say unsampled (without a header, as before: traced)."""
-    return not tracer.disabled and "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", "")
 
 
 def user_of(event: dict[str, Any]) -> int:
@@ -100,7 +79,9 @@ def place(event: dict[str, Any]) -> int | Refusal:
     a service that cannot answer, raises the error that answers it."""
     user_id = user_of(event)
     voucher_id = parse_id(event["pathParameters"]["voucherId"], "voucherId")
-    ticket = pass_ticket(event.get("headers") or {}, voucher_id, user_id)
+    headers = event.get("headers") or {}
+    token = token_from_header(headers.get("authorization"))
+    ticket = passes.press_ticket(headers.get(passes.PASS_HEADER), voucher_id, user_id, token, time.time())
     return orders.place_order(
         gate,
         redis,
@@ -112,29 +93,6 @@ def place(event: dict[str, Any]) -> int | Refusal:
         ticket=ticket,
         edge=edge,
     )
-
-
-def pass_ticket(headers: dict[str, str], voucher_id: int, user_id: int) -> str:
-    """The ticket of the press's pass if it is valid for this voucher, user and token;
-    '' otherwise, and the gate refuses a draw's press without one (NO_PASS) while a
-    race's ignores it (docs/draw.md)."""
-    text = headers.get(passes.PASS_HEADER)
-    if not text:
-        return ""
-    ring = key_ring()
-    token = token_from_header(headers.get("authorization"))
-    return passes.verify(ring, text, voucher_id, user_id, token, time.time()) or ""
-
-
-def key_ring() -> passes.KeyRing:
-    """The passes' keys (Secrets Manager's, cached for a minute); 503 if they cannot be read."""
-    try:
-        ring = passes.load_ring()
-    except Exception as exc:
-        raise TryAgain("the pass keys are briefly unavailable, please try again") from exc
-    if ring is None:
-        raise TryAgain("no pass keys are configured")
-    return ring
 
 
 def press(event: dict[str, Any]) -> dict[str, Any]:
@@ -296,14 +254,6 @@ def cancel_order(orderId: openapi.IdText) -> Response[str]:
     return answered(holds.cancel(db, redis, scripts, order_id, user_id, edge=edge))
 
 
-def page_size(value: str | None) -> int:
-    if value is None:
-        return vouchers.PAGE_SIZE
-    if re.fullmatch(vouchers.PAGE_SIZE_PATTERN, value) is None:
-        raise BadRequest(f"limit must be an integer from 1 to {vouchers.MAX_PAGE_SIZE}")
-    return int(value)
-
-
 @app.get(
     "/voucher/list/<shopId>",
     operation_id="listVouchers",
@@ -325,13 +275,9 @@ def list_vouchers(
     shopId: openapi.IdText, limit: openapi.PageSize = None, after: openapi.IdQuery = None
 ) -> Response[str]:
     shop_id = parse_id(shopId, "shopId")
-    page_limit = page_size(limit)
+    page_limit = vouchers.page_size(limit)
     page = vouchers.list_vouchers(db, shop_id, limit=page_limit, after=0 if after is None else parse_id(after, "after"))
-    headers: dict[str, str] = {}
-    if page.next_after is not None:
-        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': page_limit, 'after': page.next_after})}"
-        headers["Link"] = f'<{next_page}>; rel="next"'
-    return results.ok(page.vouchers, headers=headers)
+    return results.ok(page.vouchers, headers=vouchers.page_headers(shop_id, page_limit, page))
 
 
 @app.post(
@@ -358,10 +304,7 @@ def enter_draw(voucherId: openapi.IdText) -> Response[str]:
     token = token_from_header((event.get("headers") or {}).get("authorization"))
     if token is None:
         raise Unauthorized("login required")
-    ring = key_ring()
-    entry = entries.enter(db, voucher_id, user_id)
-    issued = passes.sign(ring, voucher_id, user_id, token, entry.ticket, entry.expires)
-    return results.ok({"pass": issued, "ticket": entry.ticket, "late": entry.late})
+    return results.ok(entries.enter_with_pass(db, passes.key_ring(), voucher_id, user_id, token))
 
 
 @app.get(
@@ -483,7 +426,7 @@ def error_response(error: Exception) -> Response[str]:
         return results.fail(error.refusal.status, error.refusal.code, error.refusal.message)
     if isinstance(error, SeckillError):
         return refused(error.refusal)
-    if isinstance(error, UNAVAILABLE) and not (isinstance(error, pymysql.Error) and not is_connection_error(error)):
+    if unreachable(error):
         # A dependency that cannot be reached is the client's cue to try again; an error
         # MySQL reports about the statement itself stays a 500.
         logger.warning("dependency unavailable", exc_info=error)
@@ -502,7 +445,7 @@ def refused(refusal: Refusal) -> Response[str]:
 
 def count_refusal(code: str) -> None:
     tally.count(f"Refused{code}")
-    if traced():
+    if tracing.sampled(tracer):
         tracer.put_annotation(key="refusal", value=code)
 
 
@@ -521,7 +464,7 @@ def respond(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @log_context.inject
 @tally.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    if not traced():
+    if not tracing.sampled(tracer):
         return respond(event, context)
     answer: dict[str, Any] = traced_handler(event, context)  # the tracer's decorator is untyped
     return answer

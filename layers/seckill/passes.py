@@ -23,8 +23,11 @@ import hmac
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from seckill.infra.errors import TryAgain
 
 PASS_HEADER = "x-seckill-pass"  # noqa: S105  # a header name
 # How long a function keeps the ring it read from Secrets Manager.
@@ -125,6 +128,35 @@ def load_ring(env: os._Environ[str] | dict[str, str] | None = None) -> KeyRing |
         return _parsed(secret if isinstance(secret, str) else secret.decode("utf-8"))
     text = env.get("SECKILL_PASS_KEYS", "")
     return _parsed(text) if text else None
+
+
+def key_ring() -> KeyRing:
+    """The ring a request signs or verifies with (``load_ring``'s); 503 TRY_AGAIN if it
+    cannot be read or none is configured."""
+    try:
+        ring = load_ring()
+    except Exception as exc:
+        raise TryAgain("the pass keys are briefly unavailable, please try again") from exc
+    if ring is None:
+        raise TryAgain("no pass keys are configured")
+    return ring
+
+
+def press_ticket(
+    text: str | None,
+    voucher_id: int,
+    user_id: int,
+    token: str | None,
+    now: float,
+    ring: Callable[[], KeyRing] = key_ring,
+) -> str:
+    """The ticket of the pass a press shows (``text``) if it is valid for this voucher,
+    user and token; '' otherwise, and the gate refuses a draw's press without one
+    (NO_PASS) while a race's ignores it (docs/draw.md). The ring is read only when a
+    pass is shown: a race's press never needs the keys."""
+    if not text:
+        return ""
+    return verify(ring(), text, voucher_id, user_id, token, now) or ""
 
 
 @functools.lru_cache(maxsize=4)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Final, Literal, TypeVar
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -370,6 +372,24 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
         for r in rows[:limit]
     ]
     return Page(listed, listed[-1]["id"] if len(rows) > limit else None)
+
+
+def page_size(limit: str | None) -> int:
+    """The list's ``limit`` query parameter as a page size: ``PAGE_SIZE`` without one."""
+    if limit is None:
+        return PAGE_SIZE
+    if re.fullmatch(PAGE_SIZE_PATTERN, limit) is None:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
+    return int(limit)
+
+
+def page_headers(shop_id: int, limit: int, page: Page) -> dict[str, str]:
+    """The page's headers: a ``Link`` to the next page while there is one."""
+    headers: dict[str, str] = {}
+    if page.next_after is not None:
+        next_page = f"/voucher/list/{shop_id}?{urlencode({'limit': limit, 'after': page.next_after})}"
+        headers["Link"] = f'<{next_page}>; rel="next"'
+    return headers
 
 
 def stop_seckill_voucher(db: Database, redis: RedisClient, voucher_id: int) -> None:

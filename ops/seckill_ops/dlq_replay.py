@@ -9,47 +9,38 @@ An endpoint without that action (moto) gets the portable mover instead: receive
 up to 10, send them to OrderQueue with the same body and attributes, then delete
 from the DLQ only what SQS accepted. Either way an interrupted run loses nothing
 and at worst delivers a message twice, which the persister absorbs.
+
+This module is the command (its options, the confirmation, which mover runs); the
+workings are in ``seckill_ops.replay``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import sys
-import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from seckill_ops import stack_outputs
+from seckill_ops.replay.dead_letters import DeadLetters
+from seckill_ops.replay.exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_CONFIRMED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    RunStopped,
+)
+from seckill_ops.replay.native import NATIVE_MAX_RATE, follow_native, start_native
+from seckill_ops.replay.queues import queue_info, stack_queues
+from seckill_ops.replay.runs import run_dry, run_portable
+from seckill_ops.replay.stop import Stop, sigterm_interrupts, stop_on_signals
 from seckill_ops.stack_outputs import REPLAYABLE
 
 PROG = "seckill-dlq-replay"
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NOT_CONFIRMED = 4
-EXIT_INTERRUPTED = 130
-
-# A replayed expiry arrives at once: the expiry function expires its order, or
-# sends it again if it is early.
-BATCH = 10  # the most SQS receives, sends or deletes in one call
-IDLE_RECEIVES = 3  # receives in a row that bring back only messages already handled: the run is done
-NATIVE_MAX_RATE = 500  # StartMessageMoveTask's MaxNumberOfMessagesPerSecond limit
-NATIVE_POLL = 2.0  # seconds between looks at a running move task
-# How an SQS-compatible endpoint says it has no such action (moto answers a 500 whose code is "500").
-UNSUPPORTED_CODES = {"InvalidAction", "UnsupportedOperation", "UnknownOperationException", "NotImplemented", "500"}
-SEND_KEYS = ("DataType", "StringValue", "BinaryValue")
 
 EPILOG = f"""\
 examples:
@@ -75,38 +66,6 @@ exit codes:
   4    not confirmed (answered no, or no --yes while stdin is not a terminal)
   130  interrupted (Ctrl-C, SIGTERM); nothing is lost, run it again
 """
-
-
-class ConfigError(Exception):
-    """The queues cannot be found or reached: exit 2."""
-
-
-class RunStopped(Exception):
-    """An SQS call failed in a way that makes going on pointless."""
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    url: str
-    arn: str
-    depth: int  # visible and in flight
-
-
-@dataclass
-class Summary:
-    moved: int = 0
-    failed: int = 0  # refused by OrderQueue: still in the DLQ
-    not_deleted: int = 0  # sent but still in the DLQ: delivered twice
-    not_released: int = 0
-    remaining: int | None = None
-    stopped: str | None = None
-    interrupted: bool = False
-    send_errors: Counter[str] = field(default_factory=Counter)
-
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        return EXIT_FAILED if self.failed or self.not_deleted or self.stopped else EXIT_OK
 
 
 # ---------------------------------------------------------------- arguments
@@ -135,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where = parser.add_argument_group("queues (a stack name, or both URLs)")
     where.add_argument("--stack-name", help="stack whose outputs name the queues (see --queues)")
+    # A replayed expiry arrives at once: the expiry function expires its order, or
+    # sends it again if it is early.
     where.add_argument(
         "--queues",
         choices=REPLAYABLE,
@@ -187,401 +148,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- AWS
-
-
-def error_text(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code, message = error.get("Code", "?"), str(error.get("Message", "")).strip()
-        return f"{code}: {message}" if message and not message.startswith("<") else str(code)
-    return str(exc)
-
-
-def stack_queues(cfn: Any, stack_name: str, queues: str = "orders") -> tuple[str, str]:
-    """(queue URL, DLQ URL) from the stack's outputs: OrderQueue's, or OrderExpiryQueue's."""
-    try:
-        outputs = stack_outputs.read(cfn, stack_name)
-    except (ClientError, BotoCoreError) as exc:
-        raise ConfigError(f"cannot read stack {stack_name!r}: {error_text(exc)}") from exc
-    queue_output, dlq_output = REPLAYABLE[queues]
-    missing = [key for key in (queue_output, dlq_output) if key not in outputs]
-    if missing:
-        raise ConfigError(f"stack {stack_name!r} has no output {' or '.join(missing)}")
-    return outputs[queue_output], outputs[dlq_output]
-
-
-def queue_info(sqs: Any, url: str) -> QueueInfo:
-    names = ["QueueArn", "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    try:
-        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    except (ClientError, BotoCoreError) as exc:
-        raise ConfigError(f"cannot use queue {url}: {error_text(exc)}") from exc
-    return QueueInfo(url, attrs["QueueArn"], sum(int(attrs.get(name, 0)) for name in names[1:]))
-
-
-def send_entry(entry_id: str, message: dict[str, Any]) -> dict[str, Any]:
-    """The received message as a SendMessageBatch entry: same body, same attributes."""
-    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": message["Body"]}
-    if message.get("MessageAttributes"):
-        entry["MessageAttributes"] = {
-            name: {key: value[key] for key in SEND_KEYS if key in value}
-            for name, value in message["MessageAttributes"].items()
-        }
-    trace = message.get("Attributes", {}).get("AWSTraceHeader")
-    if trace:
-        entry["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}
-    return entry
-
-
-def chunks(items: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-# ---------------------------------------------------------------- the portable mover
-
-
-class DeadLetters:
-    """Receives from the DLQ and holds what it received (hidden) until deleted or given back."""
-
-    def __init__(self, sqs: Any, url: str, *, visibility_timeout: int, wait: int) -> None:
-        self.sqs, self.url = sqs, url
-        self.visibility_timeout, self.wait = visibility_timeout, wait
-        self.held: dict[str, str] = {}  # MessageId -> latest receipt handle
-        self.seen: set[str] = set()
-        self.exhausted = False
-        self.not_released = 0
-        self._idle = 0
-
-    def receive(self, count: int) -> list[dict[str, Any]]:
-        """Up to ``count`` messages this run has not had yet; sets ``exhausted`` when there are no more."""
-        try:
-            messages = self.sqs.receive_message(
-                QueueUrl=self.url,
-                MaxNumberOfMessages=count,
-                VisibilityTimeout=self.visibility_timeout,
-                WaitTimeSeconds=self.wait,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-        except (ClientError, BotoCoreError) as exc:
-            raise RunStopped(f"cannot receive from the DLQ: {error_text(exc)}") from exc
-        new = [m for m in messages if m["MessageId"] not in self.seen]
-        for message in messages:
-            self.held[message["MessageId"]] = message["ReceiptHandle"]
-            self.seen.add(message["MessageId"])
-        # Nothing at all, or only messages handled already (back after their timeout): done.
-        self._idle = 0 if new else self._idle + 1
-        self.exhausted = not messages or self._idle >= IDLE_RECEIVES
-        return new
-
-    def delete(self, messages: Sequence[dict[str, Any]]) -> int:
-        """Deletes them; returns how many could not be deleted."""
-        failed = 0
-        for chunk in chunks(messages):
-            entries = [{"Id": str(i), "ReceiptHandle": self.held[m["MessageId"]]} for i, m in enumerate(chunk)]
-            try:
-                response = self.sqs.delete_message_batch(QueueUrl=self.url, Entries=entries)
-            except (ClientError, BotoCoreError) as exc:
-                raise RunStopped(f"cannot delete from the DLQ: {error_text(exc)}") from exc
-            bad = {f["Id"] for f in response.get("Failed", [])}
-            failed += len(bad)
-            for i, message in enumerate(chunk):
-                if str(i) not in bad:
-                    self.held.pop(message["MessageId"], None)
-        return failed
-
-    def release(self) -> None:
-        """Makes everything still held visible again at once."""
-        for chunk in chunks(list(self.held.values())):
-            entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)]
-            try:
-                response = self.sqs.change_message_visibility_batch(QueueUrl=self.url, Entries=entries)
-                self.not_released += len(response.get("Failed", []))
-            except (ClientError, BotoCoreError):
-                self.not_released += len(chunk)
-        self.held.clear()
-
-
-class Stop:
-    """Set by Ctrl-C or SIGTERM while moving: the SQS call under way completes, then the
-    run stops cleanly (deletes what was sent, gives back what it holds)."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    def sleep(self, seconds: float) -> None:
-        self.event.wait(seconds)
-
-
-@contextmanager
-def stop_on_signals(stop: Stop) -> Iterator[None]:
-    """Ctrl-C and SIGTERM set ``stop``; a second one raises KeyboardInterrupt (still nothing is
-    lost: what was held reappears after its visibility timeout)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.event.set()
-
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
-class Throttle:
-    """At most ``rate`` messages per second, on average since the start."""
-
-    def __init__(self, rate: float | None, stop: Stop) -> None:
-        self.rate, self.stop, self.start, self.count = rate, stop, time.monotonic(), 0
-
-    def take(self, n: int) -> None:
-        if self.rate:
-            delay = self.start + self.count / self.rate - time.monotonic()
-            if delay > 0:
-                self.stop.sleep(delay)
-        self.count += n
-
-
-class Mover:
-    def __init__(
-        self,
-        sqs: Any,
-        dlq: DeadLetters,
-        queue_url: str,
-        *,
-        limit: int | None,
-        rate: float | None,
-        report: Callable[[Summary], None],
-        stop: Stop,
-    ) -> None:
-        self.sqs, self.dlq, self.queue_url, self.limit, self.report = sqs, dlq, queue_url, limit, report
-        self.batch = BATCH if rate is None else max(1, min(BATCH, int(rate)))
-        self.stop = stop
-        self.throttle = Throttle(rate, stop)
-        self.summary = Summary()
-        self._sent: list[dict[str, Any]] = []  # accepted by OrderQueue, not yet deleted from the DLQ
-
-    def run(self) -> Summary:
-        try:
-            while not self.stop.is_set() and not self.dlq.exhausted and self._room() > 0:
-                messages = self.dlq.receive(min(self.batch, self._room()))
-                if messages:
-                    self.throttle.take(len(messages))
-                    if self.stop.is_set():
-                        break
-                    self._move(messages)
-                    self.report(self.summary)
-            self.summary.interrupted = self.stop.is_set()
-        except RunStopped as exc:
-            self.summary.stopped = str(exc)
-        except KeyboardInterrupt:
-            self.summary.interrupted = True
-        finally:
-            self._finish()
-        return self.summary
-
-    def _room(self) -> int:
-        s = self.summary
-        return BATCH if self.limit is None else self.limit - (s.moved + s.failed + s.not_deleted)
-
-    def _move(self, messages: list[dict[str, Any]]) -> None:
-        entries = [send_entry(str(i), m) for i, m in enumerate(messages)]
-        try:
-            response = self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-        except (ClientError, BotoCoreError) as exc:
-            self.summary.failed += len(messages)  # they stay held, given back at the end
-            raise RunStopped(f"cannot send to OrderQueue: {error_text(exc)}") from exc
-        for refused in response.get("Failed", []):
-            self.summary.send_errors[f"{refused.get('Code', '?')}: {refused.get('Message', '')}".strip()] += 1
-        accepted = {s["Id"] for s in response.get("Successful", [])}
-        self._sent = [m for i, m in enumerate(messages) if str(i) in accepted]
-        self.summary.failed += len(messages) - len(self._sent)
-        self._delete_sent()
-
-    def _delete_sent(self) -> None:
-        sent, self._sent = self._sent, []
-        try:
-            not_deleted = self.dlq.delete(sent)
-        except RunStopped:
-            self.summary.not_deleted += len(sent)
-            raise
-        self.summary.not_deleted += not_deleted
-        self.summary.moved += len(sent) - not_deleted
-
-    def _finish(self) -> None:
-        """Deletes what was sent (an interruption may fall between send and delete), then gives back the rest."""
-        if self._sent:
-            try:
-                self._delete_sent()
-            except RunStopped as exc:
-                self.summary.stopped = self.summary.stopped or str(exc)
-        self.dlq.release()
-        self.summary.not_released = self.dlq.not_released
-
-
-# ---------------------------------------------------------------- SQS's move task
-
-
-def native_unsupported(exc: Exception) -> bool:
-    if isinstance(exc, AttributeError):  # a botocore too old to know the operation
-        return True
-    if not isinstance(exc, ClientError):
-        return False
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    return code in UNSUPPORTED_CODES or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 501
-
-
-def start_native(sqs: Any, dlq: QueueInfo, queue: QueueInfo, rate: float | None) -> str | None:
-    """Starts SQS's move task; its handle, or None when the endpoint has no such action."""
-    request: dict[str, Any] = {"SourceArn": dlq.arn, "DestinationArn": queue.arn}
-    if rate is not None:
-        request["MaxNumberOfMessagesPerSecond"] = int(rate)
-    try:
-        return str(sqs.start_message_move_task(**request)["TaskHandle"])
-    except (ClientError, BotoCoreError, AttributeError) as exc:
-        if native_unsupported(exc):
-            return None
-        raise RunStopped(f"StartMessageMoveTask failed: {error_text(exc)}") from exc
-
-
-def follow_native(
-    sqs: Any, dlq: QueueInfo, handle: str, out: Console, err: Console, stop: Stop, *, poll: float = NATIVE_POLL
-) -> int:
-    """Follows the move task to its end; Ctrl-C cancels it (what moved stays moved)."""
-    last = ""
-    try:
-        while not stop.is_set():
-            tasks = sqs.list_message_move_tasks(SourceArn=dlq.arn, MaxResults=1).get("Results", [])
-            task = tasks[0] if tasks else {}
-            status = task.get("Status", "?")
-            moved, total = (
-                task.get("ApproximateNumberOfMessagesMoved", 0),
-                task.get("ApproximateNumberOfMessagesToMove"),
-            )
-            line = f"{status}: moved {moved}" + (f" of {total}" if total is not None else "")
-            if line != last:
-                err.print(line)
-                last = line
-            if status == "COMPLETED":
-                out.print(f"moved {moved} message(s) with SQS's move task")
-                return EXIT_OK
-            if status in ("FAILED", "CANCELLED"):
-                why = task.get("FailureReason") or "cancelled by someone else"
-                out.print(f"the move task ended {status} after {moved} message(s): {why}; run again", style="red")
-                return EXIT_FAILED
-            stop.sleep(poll)
-    except (ClientError, BotoCoreError) as exc:
-        err.print(f"cannot follow the move task {handle}: {error_text(exc)}", style="red")
-        return EXIT_FAILED
-    try:
-        sqs.cancel_message_move_task(TaskHandle=handle)
-        out.print("interrupted: the move task is cancelled; what it moved stays moved, the rest stays in the DLQ")
-    except (ClientError, BotoCoreError) as exc:
-        out.print(f"interrupted, but could not cancel the move task ({error_text(exc)}): it goes on", style="red")
-    return EXIT_INTERRUPTED
-
-
-# ---------------------------------------------------------------- output and commands
-
-
-def order_ids(body: str) -> tuple[str, str, str]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        return ("-", "-", "-")
-    return (str(data.get("orderId", "-")), str(data.get("userId", "-")), str(data.get("voucherId", "-")))
-
-
-def run_dry(dlq: DeadLetters, limit: int | None, out: Console, err: Console, stop: Stop) -> int:
-    listed: list[dict[str, Any]] = []
-    try:
-        while not stop.is_set() and not dlq.exhausted and (limit is None or len(listed) < limit):
-            listed.extend(dlq.receive(BATCH if limit is None else min(BATCH, limit - len(listed))))
-    except RunStopped as exc:
-        err.print(str(exc), style="red")
-        return EXIT_FAILED
-    finally:
-        dlq.release()
-    if listed:
-        table = Table(title="OrderDeadLetterQueue", title_justify="left")
-        for name in ("message id", "order id", "user", "voucher", "receives"):
-            table.add_column(name, no_wrap=True)
-        for m in listed:
-            table.add_row(
-                m["MessageId"], *order_ids(m["Body"]), m.get("Attributes", {}).get("ApproximateReceiveCount", "?")
-            )
-        out.print(table)
-    out.print(f"dry run: {len(listed)} message(s) listed; nothing moved" + (" (interrupted)" if stop.is_set() else ""))
-    if dlq.not_released:
-        err.print(f"{dlq.not_released} message(s) stay hidden until their visibility timeout ends")
-    return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
-
-
-@contextmanager
-def progress(err: Console, total: int) -> Iterator[Callable[[Summary], None]]:
-    """A progress bar on a terminal, a line per batch otherwise."""
-    if not err.is_terminal:
-        yield lambda s: err.print(f"moved {s.moved}, failed {s.failed}")
-        return
-    columns = (TextColumn("moving"), BarColumn(), MofNCompleteColumn(), TextColumn("failed {task.fields[failed]}"))
-    with Progress(*columns, TimeElapsedColumn(), console=err) as bar:
-        task = bar.add_task("move", total=total or None, failed=0)
-        yield lambda s: bar.update(task, completed=s.moved + s.failed, failed=s.failed)
-
-
-def run_portable(
-    sqs: Any,
-    dlq: DeadLetters,
-    depth: int,
-    queue_url: str,
-    args: argparse.Namespace,
-    out: Console,
-    err: Console,
-    stop: Stop,
-) -> int:
-    total = min(depth, args.max) if args.max else depth
-    err.print(f"moving up to {total} of ~{depth} message(s) from {dlq.url} to {queue_url}")
-    with progress(err, total) as report, stop_on_signals(stop):
-        summary = Mover(sqs, dlq, queue_url, limit=args.max, rate=args.rate, report=report, stop=stop).run()
-    try:
-        summary.remaining = queue_info(sqs, dlq.url).depth
-    except ConfigError:
-        summary.remaining = None
-    rows: list[tuple[str, int | str]] = [
-        ("moved", summary.moved),
-        ("failed to send (still in the DLQ)", summary.failed),
-    ]
-    if summary.not_deleted:
-        rows.append(("sent but not deleted (delivered twice)", summary.not_deleted))
-    rows.append(("remaining in the DLQ (approx.)", "?" if summary.remaining is None else summary.remaining))
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column()
-    grid.add_column(justify="right")
-    for name, value in rows:
-        grid.add_row(name, str(value))
-    out.print(grid)
-    for why, count in summary.send_errors.most_common():
-        out.print(f"OrderQueue refused {count}: {why}", style="red")
-    if summary.stopped:
-        out.print(f"stopped: {summary.stopped}", style="red")
-    if summary.interrupted:
-        out.print("interrupted: nothing is lost; run again to move the rest", style="yellow")
-    if summary.not_released:
-        out.print(f"{summary.not_released} message(s) stay hidden in the DLQ until their visibility timeout ends")
-    return summary.exit_code()
+# ---------------------------------------------------------------- the command
 
 
 def confirmed(question: str, *, yes: bool, err: Console) -> bool:
@@ -636,23 +203,6 @@ def replay(args: argparse.Namespace, out: Console, err: Console) -> int:
                 return follow_native(sqs, dlq_info, handle, out, err, stop)
         err.print("this endpoint has no StartMessageMoveTask: moving with the portable mover")
     return run_portable(sqs, dlq, dlq_info.depth, queue.url, args, out, err, stop)
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Outside the moves, SIGTERM is a Ctrl-C (KeyboardInterrupt): nothing is held then."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from seckill.messages import OrderMessage, queue_depth
 from seckill.press.gate import Gate
 from seckill_local.feeder import sqs_event
 from seckill_ops import dlq_replay
+from seckill_ops.replay import exits
 from tests.helpers import DLQ_REPLAY, accept, closed_port, db_rows, module_of, run_dlq_replay, wait_for
 
 ATTRIBUTES = {
@@ -265,7 +266,7 @@ def test_confirmation_on_a_terminal(
     fill_orders(sqs, dlq, 2)
 
     monkeypatch.setattr(sys, "stdin", TerminalInput("n\n"))
-    assert dlq_replay.main(queue_args(queues)) == dlq_replay.EXIT_NOT_CONFIRMED
+    assert dlq_replay.main(queue_args(queues)) == exits.EXIT_NOT_CONFIRMED
     assert "Move ~2 message(s)" in capsys.readouterr().err
     assert visible(sqs, dlq) == (2, 0)
 
@@ -281,7 +282,7 @@ def test_no_yes_with_stdin_not_a_terminal_refuses_and_moves_nothing(sqs: Any, qu
 
     result = run_dlq_replay(*queue_args(queues), stdin=subprocess.DEVNULL)
 
-    assert result.returncode == dlq_replay.EXIT_NOT_CONFIRMED, result.stderr
+    assert result.returncode == exits.EXIT_NOT_CONFIRMED, result.stderr
     assert "refusing to move without --yes" in result.stderr
     assert visible(sqs, dlq) == (3, 0)
     assert queue_depth(sqs, queues["OrderQueue"]) == 0
@@ -314,7 +315,7 @@ def test_sends_refused_by_the_target_delete_nothing(
     extra_queues.append(fifo)
 
     args = ["--dlq-url", dlq, "--queue-url", fifo, "--wait", "0", "--yes", "--visibility-timeout", "300"]
-    assert dlq_replay.main(args) == dlq_replay.EXIT_FAILED
+    assert dlq_replay.main(args) == exits.EXIT_FAILED
 
     out = capsys.readouterr().out
     assert "cannot send to OrderQueue" in out
@@ -332,7 +333,7 @@ def test_a_target_that_refuses_some_messages_loses_none(
     # OrderQueue now refuses the large ones: the run stops at the first batch holding one.
     sqs.set_queue_attributes(QueueUrl=queue, Attributes={"MaximumMessageSize": "1024"})
 
-    assert dlq_replay.main(queue_args(queues, "--yes", "--visibility-timeout", "300")) == dlq_replay.EXIT_FAILED
+    assert dlq_replay.main(queue_args(queues, "--yes", "--visibility-timeout", "300")) == exits.EXIT_FAILED
 
     assert "cannot send to OrderQueue" in capsys.readouterr().out
     moved = take_all(sqs, queue)
@@ -366,7 +367,7 @@ def test_a_replay_killed_midway_loses_nothing(sqs: Any, sqs_endpoint: str, queue
             process.wait()
 
     if signum in (signal.SIGINT, signal.SIGTERM):
-        assert process.returncode == dlq_replay.EXIT_INTERRUPTED, err
+        assert process.returncode == exits.EXIT_INTERRUPTED, err
         assert "interrupted: nothing is lost" in out
         # It finished the call under way, deleted what it had sent and gave back what it held
         # before it exited: with a 300 s visibility timeout nothing else would show them.
@@ -426,7 +427,7 @@ def test_stack_name_finds_the_queues_from_the_outputs(
         assert sorted(order_ids(take_all(sqs, queue))) == sorted(made)
         assert queue_depth(sqs, dlq) == 0
 
-        assert dlq_replay.main([*args[:1], "no-such-stack", *args[2:]]) == dlq_replay.EXIT_USAGE
+        assert dlq_replay.main([*args[:1], "no-such-stack", *args[2:]]) == exits.EXIT_USAGE
         assert "cannot read stack 'no-such-stack'" in capsys.readouterr().err
     finally:
         cfn.delete_stack(StackName=prefix)
@@ -471,5 +472,5 @@ def test_a_queue_that_does_not_exist_is_a_configuration_error(
 ) -> None:
     missing = queues["OrderQueue"].rsplit("/", 1)[0] + "/no-such-queue"
     args = ["--dlq-url", queues["OrderDeadLetterQueue"], "--queue-url", missing, "--yes"]
-    assert dlq_replay.main(args) == dlq_replay.EXIT_USAGE
+    assert dlq_replay.main(args) == exits.EXIT_USAGE
     assert "cannot use queue" in capsys.readouterr().err

@@ -14,12 +14,15 @@ from rich.console import Console
 
 from seckill_local.checkout import ROOT
 from seckill_ops import dlq_replay
+from seckill_ops.replay import exits, native
+from seckill_ops.replay.queues import QueueInfo
+from seckill_ops.replay.stop import Stop
 from tests.helpers import run_dlq_replay, run_python
 
-DLQ_INFO = dlq_replay.QueueInfo("https://sqs/1/dlq", "arn:aws:sqs:us-east-1:123456789012:dlq", 5)
+DLQ_INFO = QueueInfo("https://sqs/1/dlq", "arn:aws:sqs:us-east-1:123456789012:dlq", 5)
 
 
-QUEUE_INFO = dlq_replay.QueueInfo("https://sqs/1/q", "arn:aws:sqs:us-east-1:123456789012:q", 0)
+QUEUE_INFO = QueueInfo("https://sqs/1/q", "arn:aws:sqs:us-east-1:123456789012:q", 0)
 
 
 @pytest.fixture
@@ -49,10 +52,10 @@ def test_the_native_move_task_is_started_and_followed_to_its_end(stubbed: tuple[
     stubber.add_response("list_message_move_tasks", task("COMPLETED", 5), listing)
     out, err = quiet(), quiet()
 
-    assert dlq_replay.start_native(client, DLQ_INFO, QUEUE_INFO, 20.0) == "h-1"
-    code = dlq_replay.follow_native(client, DLQ_INFO, "h-1", out, err, dlq_replay.Stop(), poll=0)
+    assert native.start_native(client, DLQ_INFO, QUEUE_INFO, 20.0) == "h-1"
+    code = native.follow_native(client, DLQ_INFO, "h-1", out, err, Stop(), poll=0)
 
-    assert code == dlq_replay.EXIT_OK
+    assert code == exits.EXIT_OK
     assert "RUNNING: moved 2 of 5" in err.file.getvalue()
     assert "moved 5 message(s) with SQS's move task" in out.file.getvalue()
 
@@ -61,26 +64,26 @@ def test_a_failed_native_move_task_exits_1_with_its_reason(stubbed: tuple[Any, S
     client, stubber = stubbed
     stubber.add_response("list_message_move_tasks", task("FAILED", 1, FailureReason="AccessDenied on the target"))
     out = quiet()
-    code = dlq_replay.follow_native(client, DLQ_INFO, "h-1", out, quiet(), dlq_replay.Stop(), poll=0)
-    assert code == dlq_replay.EXIT_FAILED
+    code = native.follow_native(client, DLQ_INFO, "h-1", out, quiet(), Stop(), poll=0)
+    assert code == exits.EXIT_FAILED
     assert "ended FAILED after 1 message(s): AccessDenied on the target" in out.file.getvalue()
 
 
 def test_an_interrupted_native_move_is_cancelled(stubbed: tuple[Any, Stubber]) -> None:
     client, stubber = stubbed
     stubber.add_response("cancel_message_move_task", {"ApproximateNumberOfMessagesMoved": 2}, {"TaskHandle": "h-1"})
-    stop = dlq_replay.Stop()
+    stop = Stop()
     stop.event.set()  # Ctrl-C
     out = quiet()
-    assert dlq_replay.follow_native(client, DLQ_INFO, "h-1", out, quiet(), stop, poll=0) == dlq_replay.EXIT_INTERRUPTED
+    assert native.follow_native(client, DLQ_INFO, "h-1", out, quiet(), stop, poll=0) == exits.EXIT_INTERRUPTED
     assert "the move task is cancelled" in out.file.getvalue()
 
 
 def test_a_native_move_already_running_is_a_failure_not_a_fallback(stubbed: tuple[Any, Stubber]) -> None:
     client, stubber = stubbed
     stubber.add_client_error("start_message_move_task", "InvalidParameterValue", "a task is already running", 400)
-    with pytest.raises(dlq_replay.RunStopped, match="already running"):
-        dlq_replay.start_native(client, DLQ_INFO, QUEUE_INFO, None)
+    with pytest.raises(exits.RunStopped, match="already running"):
+        native.start_native(client, DLQ_INFO, QUEUE_INFO, None)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +97,7 @@ def test_a_native_move_already_running_is_a_failure_not_a_fallback(stubbed: tupl
     ],
 )
 def test_usage_errors_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert dlq_replay.main(args) == dlq_replay.EXIT_USAGE
+    assert dlq_replay.main(args) == exits.EXIT_USAGE
     assert message in capsys.readouterr().err
 
 

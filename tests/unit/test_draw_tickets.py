@@ -1,5 +1,5 @@
 """The draw's arithmetic and its passes (seckill.draw.tickets, seckill.passes): what anyone
-can recompute once the seed is out, and what a pass binds."""
+can recompute once the seed is out, what a pass binds, and the ticket a press shows."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from seckill import passes
 from seckill.draw.tickets import admitted, commitment, early_ticket, late_ticket, move_size, next_cursor
+from seckill.infra.errors import TryAgain
 from seckill.passes import BadKeyRing, KeyRing
 
 SEED = bytes(range(32))
@@ -120,3 +121,30 @@ def test_a_ring_reads_back_what_it_wrote_and_the_local_one_comes_from_the_enviro
     assert len(ring.keys["k7"]) == 32
     assert passes.load_ring({"SECKILL_PASS_KEYS": ring.to_json()}) == ring
     assert passes.load_ring({}) is None
+
+
+def test_a_press_without_a_pass_has_no_ticket_and_never_reads_the_ring() -> None:
+    def no_ring() -> KeyRing:
+        raise AssertionError("the ring is read only when a pass is shown")
+
+    assert passes.press_ticket(None, 7, 1010, "token-of-1010", NOW, ring=no_ring) == ""
+    assert passes.press_ticket("", 7, 1010, "token-of-1010", NOW, ring=no_ring) == ""
+
+
+def test_a_press_shows_its_pass_ticket_only_while_the_pass_is_valid() -> None:
+    issued = passes.sign(RING, 7, 1010, "token-of-1010", "02826302b6e246995", NOW + 60)
+    assert passes.press_ticket(issued, 7, 1010, "token-of-1010", NOW, ring=lambda: RING) == "02826302b6e246995"
+    assert passes.press_ticket(issued, 7, 1010, "another-token", NOW, ring=lambda: RING) == ""
+    assert passes.press_ticket(issued, 7, 1010, "token-of-1010", NOW + 60, ring=lambda: RING) == ""
+
+
+def test_no_pass_keys_is_a_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PASS_KEYS_SECRET_ARN", raising=False)
+    monkeypatch.delenv("SECKILL_PASS_KEYS", raising=False)
+    with pytest.raises(TryAgain, match="no pass keys are configured"):
+        passes.key_ring()
+    monkeypatch.setenv("SECKILL_PASS_KEYS", "not a ring")
+    with pytest.raises(TryAgain, match="briefly unavailable"):
+        passes.key_ring()
+    monkeypatch.setenv("SECKILL_PASS_KEYS", RING.to_json())
+    assert passes.key_ring() == RING

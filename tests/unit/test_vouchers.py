@@ -1,4 +1,4 @@
-"""Voucher bodies: validation, times and zones, named fields."""
+"""Voucher bodies: validation, times and zones, named fields; the list's page size and next-page link."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from seckill.infra.errors import BadRequest
-from seckill.vouchers import SeckillVoucherIn, VoucherIn, parse_voucher
+from seckill.vouchers import PAGE_SIZE, Page, SeckillVoucherIn, VoucherIn, page_headers, page_size, parse_voucher
 from tests.helpers import load_event
 
 SAMPLE = load_event("seckill_api_add_seckill_voucher.json")["body"]
@@ -218,3 +218,19 @@ def test_hold_seconds_takes_its_bounds_and_defaults_to_900(hold: int | None, exp
     voucher = parse_voucher(sample(holdSeconds=hold), SeckillVoucherIn, UTC)
     assert isinstance(voucher, SeckillVoucherIn)
     assert voucher.hold_seconds == expected
+
+
+@pytest.mark.parametrize(("limit", "size"), [(None, PAGE_SIZE), ("1", 1), ("007", 7), ("100", 100)])
+def test_the_page_size_is_the_limit_or_the_default(limit: str | None, size: int) -> None:
+    assert page_size(limit) == size
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "-1", "1.5", "", "ten"])
+def test_a_limit_out_of_range_is_a_400(limit: str) -> None:
+    with pytest.raises(BadRequest, match="limit must be an integer from 1 to 100"):
+        page_size(limit)
+
+
+def test_only_a_page_with_a_next_one_links_to_it() -> None:
+    assert page_headers(3, 20, Page([], None)) == {}
+    assert page_headers(3, 20, Page([], 41)) == {"Link": '</voucher/list/3?limit=20&after=41>; rel="next"'}

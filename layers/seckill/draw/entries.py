@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pymysql.cursors import DictCursor
 
+from seckill import passes
 from seckill.draw.tickets import admitted, early_ticket, late_ticket
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
@@ -151,6 +152,14 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
         entry = db.run(lambda cursor: work(cursor, " FOR UPDATE"))
     assert entry is not None  # under the exclusive lock every entry is decided
     return entry
+
+
+def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id: int, token: str) -> dict[str, Any]:
+    """The entry route's answer: the user's entry (``enter``) and the pass every press of
+    this entrant shows, issued afresh for the login token (bound to it)."""
+    entry = enter(db, voucher_id, user_id)
+    issued = passes.sign(ring, voucher_id, user_id, token, entry.ticket, entry.expires)
+    return {"pass": issued, "ticket": entry.ticket, "late": entry.late}
 
 
 def moves(cursor: DictCursor, voucher_id: int) -> list[tuple[int, str]]:

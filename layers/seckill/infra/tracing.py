@@ -82,3 +82,9 @@ def tracer(patch_modules: Sequence[str] | None = None) -> Tracer:
     if tracing_disabled():
         return Tracer(disabled=True, provider=Untraced(), patch_modules=patch_modules)
     return Tracer(patch_modules=patch_modules)
+
+
+def sampled(tracer: Tracer) -> bool:
+    """Whether X-Ray keeps this invocation: tracing is on and the trace header does not
+    say unsampled (without a header, as before: traced)."""
+    return not tracer.disabled and "Sampled=0" not in os.environ.get("_X_AMZN_TRACE_ID", "")
