@@ -92,7 +92,7 @@ demo: bench-setup services ## a whole flash sale on this machine (Node.js for it
 # Unit tests run with every service out of reach: they must need none.
 CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 DB_PORT=1 TEST_DB_PORT=1
 
-test-unit: setup ## the unit tests alone, with Redis and MySQL pointed at closed ports
+test-unit: bench-setup ## the unit tests alone (Node.js for the edge function's), with Redis and MySQL pointed at closed ports
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 
 lint: setup ## ruff's checks and format, changing nothing
@@ -105,7 +105,7 @@ types: setup ## mypy --strict over the layer, the operator commands and the hand
 # The integration tests on two workers (pytest-xdist), each with its own database, Redis and moto server.
 INTEGRATION := $(BIN)/pytest tests/integration -n 2
 
-check: lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM, no benchmarks)
+check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(INTEGRATION) $(ARGS)
 
