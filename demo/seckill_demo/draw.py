@@ -184,9 +184,10 @@ class Cursor:
         i = bisect.bisect_right(self.ats, when)
         return self.cursors[i - 1] if i else None
 
-    def near_move(self, when: float, skew: float) -> bool:
-        """``when`` within ``skew`` seconds of a move: the edge may forward, not knowing which applies."""
-        return any(abs(when - at) <= skew for at in self.ats)
+    def near_move(self, start: float, end: float, skew: float) -> bool:
+        """A move within ``skew`` seconds of [start, end]: the edge may forward what it saw then,
+        not knowing which cursor applies."""
+        return any(start - skew <= at <= end + skew for at in self.ats)
 
     def admitted(self, entries: dict[int, Entry]) -> set[int]:
         final = self.cursors[-1] if self.cursors else None
@@ -224,9 +225,15 @@ class DrawRun:
     presses_per_user: int
     skew: float  # how near a move the edge may forward a press it cannot place
 
+    def seen(self, press: Press) -> tuple[float, float]:
+        """When the edge may have seen the press (epoch seconds): between its sending and its
+        answer, as a press can wait on the way (for a connection, for a core)."""
+        sent = press.sent + self.offset
+        return sent, sent + press.latency_ms / 1000
+
     def near_move(self, press: Press) -> bool:
-        """The press was sent within the edge's skew of a move: the edge may forward it."""
-        return Cursor(self.record).near_move(press.sent + self.offset, self.skew)
+        """The edge may have seen the press within its skew of a move: it may forward it."""
+        return Cursor(self.record).near_move(*self.seen(press), self.skew)
 
     def crowd_start(self, presses: list[Press]) -> float:
         """When the crowd's first second begins (epoch seconds): the opening, or the first
@@ -310,11 +317,12 @@ def check_draw(
     forwarded = [p for p in presses if p.status and not p.edge]
 
     def admitted_when(p: Press) -> bool:
+        # The cursor only grows: admitted by the press's answer is admitted when the edge last saw it.
         entry = run.entries.get(p.user_id)
-        now = cursor.at(p.sent + run.offset)
+        now = cursor.at(run.seen(p)[1])
         return entry is not None and now is not None and entry.ticket < now
 
-    strays = [p for p in forwarded if not admitted_when(p) and not cursor.near_move(p.sent + run.offset, run.skew)]
+    strays = [p for p in forwarded if not admitted_when(p) and not run.near_move(p)]
     checks = [
         Check(
             "every order's ticket below the cursor at its press",
@@ -339,7 +347,7 @@ def check_draw(
             "only admitted entrants' presses reach the function",
             not strays and len(forwarded) <= figures["budget"],
             f"{len(forwarded):,} reached it, at most {figures['budget']:,} ({figures['admitted']} admitted x "
-            f"{run.presses_per_user}); {len(strays)} from users not admitted when they pressed",
+            f"{run.presses_per_user}); {len(strays)} from users not admitted when the edge saw the press",
         ),
     ]
     total = sum(1 for p in presses if p.status)

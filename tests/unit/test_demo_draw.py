@@ -116,6 +116,17 @@ def test_a_press_near_a_move_may_reach_the_function() -> None:
     assert [c.name for c in checks if not c.ok] == []
 
 
+def test_a_press_that_waited_on_its_way_until_near_a_move_may_reach_the_function() -> None:
+    draw = run(entries())
+    ranked = sorted(draw.entries, key=lambda u: draw.entries[u].ticket)
+    # Sent 3 s before the move at the close (outside the skew of 1 s): answered 5 ms later it
+    # is a stray; answered 2.5 s later, the edge may have seen it 0.5 s before the move.
+    for waited_ms, stray in ((5.0, True), (2500.0, False)):
+        presses = [*sale(draw), Press(ranked[20], 409, "NOT_ADMITTED", None, waited_ms, 1000 - 8.0, False, b"")]
+        checks = check_draw(draw, presses, draw_figures(draw, presses), orders_of(presses), seed=1)
+        assert [c.name for c in checks if not c.ok] == (["only admitted entrants' presses reach the function"] * stray)
+
+
 def test_an_order_without_a_pass_fails() -> None:
     draw = run(entries())
     presses = sale(draw)
