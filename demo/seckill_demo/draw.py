@@ -290,6 +290,18 @@ def draw_figures(run: DrawRun, presses: list[Press]) -> dict[str, Any]:
     }
 
 
+def stray_detail(run: DrawRun, press: Press) -> str:
+    """Where a stray press stands: its user and answer, and when it was sent and answered
+    against the opening and the nearest move."""
+    sent, answered = run.seen(press)
+    nearest = min(Cursor(run.record).ats, key=lambda at: abs(at - sent), default=None)
+    move = "" if nearest is None else f", the nearest move at {nearest - run.opened:+.3f} s"
+    return (
+        f"user {press.user_id} ({press.status} {press.code or ''}) sent at {sent - run.opened:+.3f} s, "
+        f"answered at {answered - run.opened:+.3f} s from the opening{move}"
+    )
+
+
 def check_draw(
     run: DrawRun, presses: list[Press], figures: dict[str, Any], orders: dict[int, int], seed: int
 ) -> list[Check]:
@@ -347,7 +359,8 @@ def check_draw(
             "only admitted entrants' presses reach the function",
             not strays and len(forwarded) <= figures["budget"],
             f"{len(forwarded):,} reached it, at most {figures['budget']:,} ({figures['admitted']} admitted x "
-            f"{run.presses_per_user}); {len(strays)} from users not admitted when the edge saw the press",
+            f"{run.presses_per_user}); {len(strays)} from users not admitted when the edge saw the press"
+            + "".join(f"; {stray_detail(run, p)}" for p in strays[:3]),
         ),
     ]
     total = sum(1 for p in presses if p.status)
