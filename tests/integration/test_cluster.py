@@ -149,11 +149,14 @@ def test_the_gate_and_its_scripts_run_unchanged_on_a_cluster(cluster: Any) -> No
         assert holds.give_back(scripts, voucher_id, order_id) == 0
         assert cluster.get(keys.stock(voucher_id)) == "1"
         assert cluster.keyslot(keys.returned(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
+        # The contract's names, as written there (what outside tools read).
+        assert cluster.sismember(f"seckill:returned:{{{voucher_id}}}", str(order_id))
         # The edge's election reads and writes in that slot too.
         claimed = claim(scripts, voucher_id)
         assert claimed is not None
         assert not claimed.sold_out
         assert cluster.keyslot(keys.edge(voucher_id)) == cluster.keyslot(keys.stock(voucher_id))
+        assert cluster.exists(f"seckill:edge:{{{voucher_id}}}") == 1
 
 
 def test_an_unreachable_cluster_is_a_clear_error() -> None:

@@ -1,5 +1,6 @@
-"""A raised no carries the same Refusal the gate returns: one type for every client-facing no;
-a dependency out of reach is the client's cue to try again (seckill.infra.unreachable)."""
+"""A dependency out of reach is the client's cue to try again (seckill.infra.unreachable);
+any other error is the service's. How each raised no reaches the client (its status, code and
+message) is tested through the handlers, in tests/integration/test_api_*.py."""
 
 from __future__ import annotations
 
@@ -10,18 +11,7 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeoutError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from seckill.infra.errors import BadRequest, NotFound, Refusal, TryAgain
 from seckill.infra.unreachable import unreachable
-
-
-def test_a_raised_error_carries_its_refusal() -> None:
-    assert BadRequest("limit must be an integer").refusal == Refusal(400, "BAD_REQUEST", "limit must be an integer")
-    assert TryAgain("please try again").refusal == Refusal(503, "TRY_AGAIN", "please try again")
-
-
-def test_a_code_given_replaces_the_default_one() -> None:
-    refusal = NotFound("order not found", code="ORDER_NOT_FOUND").refusal
-    assert refusal == Refusal(404, "ORDER_NOT_FOUND", "order not found")
 
 
 @pytest.mark.parametrize(
