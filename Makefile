@@ -104,9 +104,6 @@ types: setup ## mypy --strict over the layer, the operator commands and the hand
 
 # The integration tests on two workers (pytest-xdist), each with its own database, Redis and moto server.
 INTEGRATION := $(BIN)/pytest tests/integration -n 2
-# The end-to-end tests too, a file per worker (a file's fixtures start its servers once); the
-# slowest tests named at the end, to say where the time goes.
-E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadfile --durations=12
 
 check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
@@ -115,7 +112,7 @@ check: bench-setup lint types services ## the everyday loop: lint, types, unit a
 test: bench-setup services validate build lint types ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(INTEGRATION) $(ARGS)
-	$(E2E) $(ARGS)
+	$(BIN)/pytest tests/e2e $(ARGS)
 
 # The benchmarks' SQS stand-in: fauxqs and Node.js 22, pinned, from the npm registry.
 FAUXQS := benchmarks/fauxqs
