@@ -171,7 +171,9 @@ def check_invariants(
         Check(
             "a 503 leaves no order",
             not unpromised,
-            f"{len(unpromised)} confirmed orders whose user was never answered 202 with their id",
+            f"{len(unpromised)} confirmed orders whose user was never answered 202 with their id"
+            # Named, so that the runner's logs (--logs) can be searched for them.
+            + "".join(f"; order {i} of user {orders[i]}" for i in unpromised[:3]),
         ),
         Check("no reservation left pending", outcome.pending == 0, f"{outcome.pending} pending marks in Redis"),
         Check(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from seckill_demo.load import percentiles
-from seckill_demo.report import Check, Report, render
+from seckill_demo.load import Press, percentiles
+from seckill_demo.report import Check, Outcome, Report, check_invariants, render
 from seckill_demo.timing import PRESS_ROUTE, durations, function_time
 from seckill_local.lambdas import report_line
 
@@ -79,3 +80,16 @@ def test_the_lag_of_units_back_after_their_deadline_is_shown() -> None:
 
     assert "units back after payBy p50 / p99 / max" in text
     assert "200 / 4,904 / 5,000 ms over 3 expired" in text
+
+
+def test_an_order_nobody_was_answered_202_for_is_named() -> None:
+    # Order 7 is user 1's, answered 202; order 9 is stored for user 2, who was only ever answered 503.
+    presses = [
+        Press(1, 202, None, "7", 5.0, 100.0),
+        Press(2, 503, "TRY_AGAIN", None, 5.0, 100.1),
+    ]
+    outcome = Outcome({7: 1, 9: 2}, set(), mysql_stock=0, redis_stock=0, pending=0)
+    checks = check_invariants(outcome, presses, Counter({"CONFIRMED": 1}), stock=2, users=2, chaos=True)
+    failed = next(c for c in checks if c.name == "a 503 leaves no order")
+    assert not failed.ok
+    assert failed.detail == "1 confirmed orders whose user was never answered 202 with their id; order 9 of user 2"
