@@ -7,12 +7,15 @@ function's container before its handler is imported and, when the env var
 below our code, at the libraries' edges, so the service meets the faults exactly
 as it would in AWS:
 
-- ``sendFailure``: share of SQS SendMessage calls refused before anything left
-  (a connection that could not be made: certainly not stored);
-- ``sendReplyLost``: share of SendMessage calls whose message SQS stored but
-  whose reply never arrived (a read timeout after the request went out);
-- ``sendCrash``: share of SendMessage calls at which the container dies, after
-  the gate reserved and before the message left;
+- ``sendFailure``: share of the orders' SendMessage calls (to ``ORDER_QUEUE_URL``)
+  refused before anything left (a connection that could not be made: certainly
+  not stored);
+- ``sendReplyLost``: share of those calls whose message SQS stored but whose
+  reply never arrived (a read timeout after the request went out);
+- ``sendCrash``: share of those calls at which the container dies, after the
+  gate reserved and before the message left. Only the order's send: a crash at
+  the sell-out's edge notice, sent after the order's, would fall after the send
+  (a different fault, whose order stands though its client saw a 500);
 - ``persisterCrash``: share of database commits after which the container dies,
   mid-batch, before it could answer.
 
@@ -83,7 +86,16 @@ def install(function: str, container: int) -> None:
         import boto3
         from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
+        # The orders' sends only: the sell-out's edge notice goes through the same client.
+        order_queue = os.environ.get("ORDER_QUEUE_URL", "")
+        current = threading.local()
+
+        def which(params: dict[str, Any], **_: Any) -> None:
+            current.order = params.get("QueueUrl") == order_queue
+
         def before_send(request: Any, **_: Any) -> None:
+            if not getattr(current, "order", False):
+                return
             roll = chance()
             if roll < send_crash:
                 record(log, "api-crash-before-send", function=function)
@@ -93,11 +105,12 @@ def install(function: str, container: int) -> None:
                 raise EndpointConnectionError(endpoint_url=request.url)
 
         def after_call(**_: Any) -> None:
-            if chance() < reply_lost:
+            if getattr(current, "order", False) and chance() < reply_lost:
                 record(log, "sqs-reply-lost", function=function)
                 raise ReadTimeoutError(endpoint_url="SendMessage (reply lost, injected)")
 
         boto3.setup_default_session()
+        boto3.DEFAULT_SESSION.events.register("before-parameter-build.sqs.SendMessage", which)
         boto3.DEFAULT_SESSION.events.register("before-send.sqs.SendMessage", before_send)
         boto3.DEFAULT_SESSION.events.register("after-call.sqs.SendMessage", after_call)
 
