@@ -22,12 +22,11 @@ import dataclasses
 import statistics
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from benchmarks.request_path import TURNS, Paths
 from benchmarks.stats import percentile
-from benchmarks.testbed import StackInfo, far_id
+from benchmarks.testbed import StackInfo, far_id, on_sale_now
 from benchmarks.workers import outcome, press_event
 from seckill import passes, vouchers
 from seckill.draw import entries, moves
@@ -54,15 +53,9 @@ class DrawSale:
     """A draw voucher on sale now, ``users`` entered and all admitted by its first move."""
 
     def __init__(self, paths: Paths, info: StackInfo, users: list[int]) -> None:
-        now = datetime.now(UTC)
-        voucher = vouchers.SeckillVoucherIn(
-            shop_id=1,
+        voucher = on_sale_now(
+            STOCK,
             title="benchmark draw voucher",
-            pay_value=8000,
-            actual_value=10000,
-            stock=STOCK,
-            begin_time=now - timedelta(minutes=1),
-            end_time=now + timedelta(hours=2),
             admission="draw",
             admit_factor=1,
             draw_close_seconds=20,

@@ -135,19 +135,24 @@ class Services:
         return create_voucher(self.db, self.redis, stock)
 
 
+def on_sale_now(stock: int, **fields: Any) -> vouchers.SeckillVoucherIn:
+    """A seckill voucher's body whose window opened a minute ago; ``fields`` change or add to it."""
+    now = datetime.now(UTC)
+    body: dict[str, Any] = {
+        "shop_id": 1,
+        "title": "benchmark voucher",
+        "pay_value": 8000,
+        "actual_value": 10000,
+        "stock": stock,
+        "begin_time": now - timedelta(minutes=1),
+        "end_time": now + timedelta(hours=2),
+    }
+    return vouchers.SeckillVoucherIn(**(body | fields))
+
+
 def create_voucher(db: Database, redis: Any, stock: int) -> int:
     """A seckill voucher on sale now (MySQL and the Redis preload), as the admin route makes it."""
-    now = datetime.now(UTC)
-    voucher = vouchers.SeckillVoucherIn(
-        shop_id=1,
-        title="benchmark voucher",
-        pay_value=8000,
-        actual_value=10000,
-        stock=stock,
-        begin_time=now - timedelta(minutes=1),
-        end_time=now + timedelta(hours=2),
-    )
-    return vouchers.create_seckill_voucher(db, redis, voucher)
+    return vouchers.create_seckill_voucher(db, redis, on_sale_now(stock))
 
 
 def apply_env(env: dict[str, str]) -> None:
