@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis as redis_py
+from botocore import auth
 
 from benchmarks.counters import Counters, RoundTrips
 from benchmarks.testbed import StackInfo, apply_env, create_voucher, far_id, function_env
@@ -239,4 +240,5 @@ def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
     for row in rows:
         base = floor.get(row["kind"]) or floor.get("refused_cache_off")
         row["vs_evalsha"] = round(row["us"] / base, 3) if base else None
-    return {"sizes": dataclasses.asdict(sizes), "results": rows}
+    # What signed the handler's SendMessage (seckill_local.lambdas.sign_as_deployed).
+    return {"sizes": dataclasses.asdict(sizes), "sigv4_signer": auth.AUTH_TYPE_MAPS["v4"].__name__, "results": rows}

@@ -116,9 +116,39 @@ class LocalContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
+def ships(fn: Function, package: str) -> bool:
+    """Whether the function's own artifact installs ``package`` (its locked requirements)."""
+    lock = fn.code_uri / "requirements.txt"
+    if not lock.is_file():
+        return False
+    return any(line.startswith(f"{package}==") for line in lock.read_text(encoding="utf-8").splitlines())
+
+
+def sign_as_deployed(fn: Function) -> None:
+    """Lambda's Python runtime brings boto3 without awscrt, so a function that does not
+    ship awscrt signs SigV4 with botocore's Python signers there. This environment has
+    awscrt (EdgePublisherFunction's SigV4A needs it), and botocore then signs every
+    request with it, about 0.3 ms more per SendMessage on this machine: such a
+    function's process signs as on Lambda. SigV4A keeps its CRT signer."""
+    if ships(fn, "awscrt"):
+        return
+    from botocore import auth
+
+    auth.AUTH_TYPE_MAPS.update(
+        {
+            "v4": auth.SigV4Auth,
+            "v4-query": auth.SigV4QueryAuth,
+            "s3v4": auth.S3SigV4Auth,
+            "s3v4-query": auth.S3SigV4QueryAuth,
+        }
+    )
+
+
 def load_handler(fn: Function) -> Handler:
     """Import ``<CodeUri>/<module>.py`` under a name of its own (every function's
-    module is called ``app``) and return its handler."""
+    module is called ``app``) and return its handler, its process signing AWS
+    requests as the deployed function would (``sign_as_deployed``)."""
+    sign_as_deployed(fn)
     module_name, _, attr = fn.handler.rpartition(".")
     path = fn.code_uri / f"{module_name.replace('.', '/')}.py"
     unique = f"_local_{fn.logical_id}_{module_name.replace('.', '_')}"
