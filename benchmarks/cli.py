@@ -78,7 +78,7 @@ class Profile:
 
 PROFILES = {
     "full": Profile(
-        experiment.Sizes(1000, 3, 200, 20_000, (4, 8), inflight=32, mysql_pool=4, rounds=5),
+        experiment.Sizes(1000, 3, 200, 2.0, (4, 8), inflight=32, mysql_pool=4, rounds=5),
         (0, 200, 1000),
         30,
         request_path.Sizes(refusals=4000, accepted=200, rounds=5),
@@ -91,7 +91,7 @@ PROFILES = {
         crowd.Sizes(users=3000, stock=30, rounds=3),
     ),
     "quick": Profile(
-        experiment.Sizes(300, 3, 60, 3000, (4, 8), inflight=12, mysql_pool=4, rounds=2),
+        experiment.Sizes(300, 3, 60, 1.0, (4, 8), inflight=12, mysql_pool=4, rounds=2),
         (0, 200),
         10,
         request_path.Sizes(refusals=1000, accepted=30, rounds=3),
@@ -104,7 +104,7 @@ PROFILES = {
         crowd.Sizes(users=2000, stock=20, rounds=2),
     ),
     "smoke": Profile(
-        experiment.Sizes(30, 3, 6, 100, (2,), inflight=2, mysql_pool=1, rounds=1),
+        experiment.Sizes(30, 3, 6, 0.2, (2,), inflight=2, mysql_pool=1, rounds=1),
         (0, 20),
         2,
         request_path.Sizes(refusals=20, accepted=2, rounds=1),

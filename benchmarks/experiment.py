@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.counters import Counters
 from benchmarks.stats import latency_ms, median_of, ratio
 from benchmarks.testbed import Services, StackInfo, far_id
-from benchmarks.workers import Press, WorkerPool, WorkerResult
+from benchmarks.workers import Press, Storm, WorkerPool, WorkerResult
 from seckill.infra import keys
 from seckill.messages import queue_depth
 from seckill_local.checkout import ROOT
@@ -55,7 +55,7 @@ class Sizes:
     users: int
     presses_per_user: int
     stock: int
-    storm: int
+    storm_seconds: float  # the losers' storm lasts this long for each side
     workers: tuple[int, ...]
     inflight: int
     mysql_pool: int
@@ -138,6 +138,14 @@ class Experiment:
         after = self.stack.counters.snapshot()
         return summarize(results, Counters.usage(before, after, len(presses)), len(presses)), results
 
+    def storm(self, pool: WorkerPool, storm: Storm, workers: int) -> tuple[dict[str, Any], list[WorkerResult]]:
+        pool.prepare_storm(storm, workers)
+        before = self.stack.counters.snapshot()
+        results = pool.run()
+        after = self.stack.counters.snapshot()
+        presses = sum(len(r.latencies) for r in results)
+        return summarize(results, Counters.usage(before, after, presses), presses), results
+
     def drain(self, timeout: float = 120) -> None:
         """Let the persister take every queued order (one container, batches of 10)."""
         deadline = time.monotonic() + timeout
@@ -214,10 +222,8 @@ class Experiment:
                     checks.append({"round": r + 1, "scenario": scenario, "workers": workers, "side": side, **check})
                     rounds.setdefault(f"{scenario}|{workers}|{side}", []).append(summary)
                     if scenario == "a":
-                        storm_base = far_id()
-                        presses = [(voucher, storm_base + u) for u in range(s.storm)]
-                        summary, results = self.phase(pool, presses, workers)
-                        accepted = sum(len(x.accepted) for x in results)
+                        summary, results = self.storm(pool, Storm(voucher, far_id(), s.storm_seconds), workers)
+                        accepted = sum(sum(x.ok) for x in results)
                         checks.append(
                             {
                                 "round": r + 1,

@@ -281,7 +281,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         s = exp["sizes"]
         console.print(
             f"a: {s['users']:,} users x {s['presses_per_user']} vs stock {s['stock']}; "
-            f"b: {s['storm']:,} presses after sell-out; "
+            f"b: fresh users pressing after sell-out for {s['storm_seconds']:g} s per side; "
             f"c: {s['inflight']} in flight, baseline's MySQL pool {s['mysql_pool']}. {sold}. "
             "Server counters: the least disturbed round (the servers are shared); "
             "Redis counts the commands run inside scripts too."

@@ -5,7 +5,8 @@ Each worker imports the handler once (``seckill_local.lambdas.load_handler``,
 with the function's environment), so module-level clients and caches live
 across requests. For a phase, every worker is handed its share of the presses
 and builds their events; then all start together and time each handler call
-alone. Their stdout (Powertools' metrics and logs) goes to /dev/null.
+alone. A storm (``Storm``) is timed by the clock instead: each worker presses
+until its seconds are up. Their stdout (Powertools' metrics and logs) goes to /dev/null.
 
 The time each request spent in SQS SendMessage is measured by botocore's own
 ``before-call``/``after-call`` events, registered on the default session before
@@ -31,6 +32,19 @@ from seckill_local.lambdas import LocalContext, load_handler
 from seckill_local.template import Function
 
 Press = tuple[int, int]  # (voucher id, user id)
+RING = 256  # a storm's events per worker, reused with a fresh user id each time
+
+
+@dataclass(frozen=True)
+class Storm:
+    """Fresh users pressing one voucher for ``seconds``, as fast as the worker can: a phase
+    timed by the clock rather than by a count, so that the side answering in microseconds
+    is measured over as long as the other. Worker ``k`` of ``n`` presses as users
+    ``first_user + k``, ``first_user + k + n``, ..."""
+
+    voucher_id: int
+    first_user: int
+    seconds: float
 
 
 def press_event(template: dict[str, Any], voucher_id: int, user_id: int, n: int) -> dict[str, Any]:
@@ -106,7 +120,15 @@ def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: A
 
         sys.modules[handler.__module__].use_pool(pool)
     conn.send(os.getpid())
-    while (presses := conn.recv()) is not None:
+    while (work := conn.recv()) is not None:
+        if isinstance(work, tuple):
+            storm, k, n = work
+            ring = [press_event(event_template, storm.voucher_id, storm.first_user + k, i) for i in range(RING)]
+            conn.send("ready")
+            go.wait()
+            conn.send(_storm(handler, fn, timer, ring, storm, k, n))
+            continue
+        presses = work
         events = [press_event(event_template, v, u, n) for n, (v, u) in enumerate(presses)]
         contexts = [LocalContext(fn.logical_id, fn.timeout) for _ in events]
         latencies, sends = array("d"), array("d")
@@ -130,6 +152,37 @@ def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: A
             if order_id is not None:
                 result.accepted.append((user_id, str(order_id)))
         conn.send(result)
+
+
+def _storm(
+    handler: Any, fn: Function, timer: CallTimer, ring: list[dict[str, Any]], storm: Storm, k: int, n: int
+) -> WorkerResult:
+    """Presses until the storm's time is up. Its events were made before the clock started
+    and are reused (only the user id changes, in the authorizer's context), so what is
+    timed is the handler, not the making of events."""
+    context = LocalContext(fn.logical_id, fn.timeout)
+    latencies, sends = array("d"), array("d")
+    responses = []
+    user = storm.first_user + k
+    started = time.perf_counter()
+    deadline = started + storm.seconds
+    t1 = started
+    while t1 < deadline:
+        event = ring[len(latencies) % RING]
+        event["requestContext"]["authorizer"]["lambda"]["userId"] = str(user)
+        sent_before = timer.total
+        t0 = time.perf_counter()
+        responses.append(handler(event, context))
+        t1 = time.perf_counter()
+        latencies.append(t1 - t0)
+        sends.append(timer.total - sent_before)
+        user += n
+    result = WorkerResult(started, t1, latencies, sends, Counter())
+    for response in responses:
+        name, order_id = outcome(response)
+        result.outcomes[name] += 1
+        result.ok.append(order_id is not None)
+    return result
 
 
 class WorkerPool:
@@ -157,6 +210,15 @@ class WorkerPool:
         self._busy = self.conns[: len(shares)]
         for conn, share in zip(self._busy, shares, strict=True):
             conn.send(share)
+        for conn in self._busy:
+            conn.recv()  # ready
+
+    def prepare_storm(self, storm: Storm, workers: int) -> None:
+        """Ready the first ``workers`` workers for a storm (``run`` starts it)."""
+        self.go.clear()
+        self._busy = self.conns[:workers]
+        for k, conn in enumerate(self._busy):
+            conn.send((storm, k, workers))
         for conn in self._busy:
             conn.recv()  # ready
 
