@@ -105,6 +105,9 @@ types: setup ## mypy --strict over the layer, the operator commands and the hand
 # The integration tests on two workers (pytest-xdist), each with its own database, Redis and moto server.
 INTEGRATION := $(BIN)/pytest tests/integration -n 2
 
+# The end-to-end tests on two workers, a file's tests on one (they share its servers and sales).
+E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadfile
+
 check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(INTEGRATION) $(ARGS)
@@ -112,7 +115,7 @@ check: bench-setup lint types services ## the everyday loop: lint, types, unit a
 test: bench-setup services validate build lint types ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
 	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
 	$(INTEGRATION) $(ARGS)
-	$(BIN)/pytest tests/e2e $(ARGS)
+	$(E2E) $(ARGS)
 
 # The benchmarks' SQS stand-in: fauxqs and Node.js 22, pinned, from the npm registry.
 FAUXQS := benchmarks/fauxqs
