@@ -173,7 +173,9 @@ def test_globals_runtime_tracing_network_and_layer(data: dict[str, Any]) -> None
     assert globals_["Architectures"] == ["x86_64"]
     assert globals_["Tracing"] == "Active"
     assert globals_["Layers"] == [{"Ref": "SeckillLayer"}]
-    assert globals_["VpcConfig"]["SecurityGroupIds"] == [{"Ref": "FunctionSecurityGroup"}]
+    # The network stack's subnets and the functions' group, which Redis and RDS Proxy admit.
+    assert globals_["VpcConfig"]["SecurityGroupIds"] == [network_output("FunctionSecurityGroupId")]
+    assert globals_["VpcConfig"]["SubnetIds"] == {"Fn::Split": [",", network_output("SubnetIds")]}
     for logical_id in resources(data, "AWS::Serverless::Function"):
         assert "Runtime" not in props(data, logical_id), f"{logical_id}: the runtime comes from Globals"
 
@@ -502,7 +504,20 @@ def test_reconciler_may_peek_at_the_dead_letter_queue_but_not_delete(
             assert "OrderDeadLetterQueue" not in json.dumps(role.get("Policies", [])), name
 
 
-# --- network and data stores --------------------------------------------------------------------
+# --- network (network/template.yaml, nested) and data stores ------------------------------------
+
+NETWORK_STACK = "NetworkStack"
+
+
+def network_output(name: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [NETWORK_STACK, f"Outputs.{name}"]}
+
+
+@pytest.fixture(scope="module")
+def network(template: Template) -> dict[str, Any]:
+    """The network stack's template, as template.yaml names it and the runner loads it."""
+    assert template.resource(NETWORK_STACK)["Properties"]["Location"] == "network/template.yaml"
+    return template.nested[NETWORK_STACK].data
 
 
 def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
@@ -513,21 +528,42 @@ def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
     return rules
 
 
-def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(data: dict[str, Any]) -> None:
+def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(
+    data: dict[str, Any], network: dict[str, Any]
+) -> None:
     def only(group: str, port: int, source_group: str) -> None:
-        rules = ingress(data, group)
+        rules = ingress(network, group)
         assert [(r["FromPort"], r["ToPort"], r["SourceSecurityGroupId"]) for r in rules] == [
             (port, port, {"Ref": source_group})
         ], group
         assert all("CidrIp" not in r for r in rules)
+        # The group the network stack gives for it is that group.
+        assert network["Outputs"][f"{group}Id"]["Value"] == {"Ref": group}
 
     only("CacheSecurityGroup", 6379, "FunctionSecurityGroup")
     only("ProxySecurityGroup", 3306, "FunctionSecurityGroup")
     only("DatabaseSecurityGroup", 3306, "ProxySecurityGroup")
-    assert ingress(data, "FunctionSecurityGroup") == []
+    assert ingress(network, "FunctionSecurityGroup") == []
+    # template.yaml puts each in its group, and only there.
+    assert props(data, "Cache")["SecurityGroupIds"] == [network_output("CacheSecurityGroupId")]
+    assert props(data, "DbProxy")["VpcSecurityGroupIds"] == [network_output("ProxySecurityGroupId")]
+    assert props(data, "Database")["VPCSecurityGroups"] == [network_output("DatabaseSecurityGroupId")]
+    assert not [name for name, r in data["Resources"].items() if r["Type"].startswith("AWS::EC2::")]
 
 
-def test_vpc_endpoints_and_no_internet_route(data: dict[str, Any]) -> None:
+def test_the_network_stack_gets_the_operators_network(transformed: dict[str, Any]) -> None:
+    """What the operator sets on template.yaml reaches the network stack; the same Rules keep
+    an existing VPC and its subnets together."""
+    given = transformed["Resources"][NETWORK_STACK]["Properties"]["Parameters"]
+    for name in ("VpcCidr", "ExistingVpcId", "CreateVpcEndpoints"):
+        assert given[name] == {"Ref": name}, name
+    # A CommaDelimitedList passes to a nested stack as one string.
+    assert given["ExistingSubnetIds"] == {"Fn::Join": [",", {"Ref": "ExistingSubnetIds"}]}
+    assert {"ExistingVpcNeedsSubnets", "ExistingSubnetsNeedVpc"} <= set(transformed["Rules"])
+
+
+def test_vpc_endpoints_and_no_internet_route(network: dict[str, Any]) -> None:
+    data = network
     services = {
         props(data, name)["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: props(data, name)
         for name in resources(data, "AWS::EC2::VPCEndpoint")
@@ -611,6 +647,9 @@ def test_schema_is_applied_by_the_migrator_custom_resource(template: Template, d
     assert template.functions["MigratorFunction"].timeout < int(properties["ServiceTimeout"]) <= 3600
     assert resource["DependsOn"] == "DbProxyTargetGroup"
     assert properties["Layer"] == {"Ref": "SeckillLayer"}  # a new schema.sql re-runs it
+    # Its reply goes to S3 and its secret comes through Secrets Manager: it waits for the
+    # network stack, whose outputs exist once its endpoints do.
+    assert properties["Network"] == network_output("EndpointIds")
     code = source(template.functions["MigratorFunction"])
     assert "migrate(" in code
     assert "ResponseURL" in code
