@@ -71,14 +71,16 @@ lock: $(UV) ## compile every lock again from its .in (X.in -> X.txt, hashed); AR
 	$(COMPILE) $(LAMBDA) layers/requirements.in -o layers/requirements.txt $(addprefix --no-emit-package ,$(RUNTIME_SDK))
 	$(foreach lock,$(LAMBDA_LOCKS),$(COMPILE) $(LAMBDA) $(lock:.txt=.in) -o $(lock) &&) true
 
+# The templates: template.yaml and the stacks it nests (network/, observability/ and the
+# edge, edge/template.yaml, which nests edge/waf.yaml), each translated, linted and
+# scanned on its own: sam validate and cfn-lint read one template, not the ones it names.
 # checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
-validate: sam-setup $(SCAN_VENV)/.installed ## the templates: SAM's transform, sam validate --lint, cfn-lint and checkov (template.yaml, edge/waf.yaml)
-	$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate
-	$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint
-	$(SAM_BIN)/cfn-lint template.yaml
-	$(SCAN_BIN)/checkov --file template.yaml --framework cloudformation --skip-download --compact --quiet
-	$(SAM_BIN)/cfn-lint edge/waf.yaml
-	$(SCAN_BIN)/checkov --file edge/waf.yaml --framework cloudformation --skip-download --compact --quiet
+TEMPLATES := template.yaml network/template.yaml observability/template.yaml edge/template.yaml edge/waf.yaml
+validate: sam-setup $(SCAN_VENV)/.installed ## the templates (template.yaml and its nested stacks): SAM's transform, sam validate --lint, cfn-lint and checkov
+	$(foreach t,$(TEMPLATES),$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate --template $(t) &&) true
+	$(foreach t,$(TEMPLATES),$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint --template $(t) &&) true
+	$(SAM_BIN)/cfn-lint $(TEMPLATES)
+	$(foreach t,$(TEMPLATES),$(SCAN_BIN)/checkov --file $(t) --framework cloudformation --skip-download --compact --quiet &&) true
 
 build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/build
 	$(SAM_BIN)/sam build --region $(SAM_REGION)
@@ -131,7 +133,7 @@ bench-setup: setup $(VENV)/.bench-installed $(FAUXQS)/node_modules/.package-lock
 openapi: setup ## regenerate docs/openapi.json from the HTTP routes (CI checks it is current)
 	$(BIN)/seckill-openapi
 
-edge-function: setup ## copy edge/press.js into template.yaml's EdgePressFunction (a unit test checks they are equal)
+edge-function: setup ## copy edge/press.js into edge/template.yaml's EdgePressFunction (a unit test checks they are equal)
 	$(BIN)/seckill-edge-function
 
 bench: bench-setup services ## the benchmarks side by side: JSON, PNG plots and tables in benchmarks/results (ARGS="--quick", "--help")

@@ -1,6 +1,7 @@
-"""``seckill-edge-function``: copy edge/press.js into template.yaml, as the
-FunctionCode of EdgePressFunction (CloudFormation takes a CloudFront Function's
-code inline only), so that the file stays the one place the code is edited.
+"""``seckill-edge-function``: copy edge/press.js into the edge stack's template
+(edge/template.yaml), as the FunctionCode of EdgePressFunction (CloudFormation takes a
+CloudFront Function's code inline only), so that the file stays the one place the code
+is edited.
 
   seckill-edge-function            rewrite the template's block from the file
   seckill-edge-function --check    exit 1 if the block is not the file
@@ -13,9 +14,11 @@ import re
 import sys
 from pathlib import Path
 
-from seckill_local.checkout import ROOT, TEMPLATE, write_or_check
+from seckill_local.checkout import ROOT, write_or_check
 
 SOURCE = ROOT / "edge" / "press.js"
+# The edge's nested stack, which holds the press function.
+TEMPLATE = ROOT / "edge" / "template.yaml"
 RESOURCE = "EdgePressFunction"
 _KEY = re.compile(r"^(?P<indent> +)FunctionCode: \|-?\n$")
 

@@ -1,4 +1,5 @@
-"""What the local runner needs from ``template.yaml``: functions, routes, queues."""
+"""What the local runner needs from ``template.yaml``: functions, routes, queues, and the
+nested stacks whose template is a local file (the edge, edge/template.yaml)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ class Template:
     data: dict[str, Any]
     functions: dict[str, Function]
     parameters: dict[str, str]
+    # Each AWS::Serverless::Application whose Location is a file beside this template, loaded.
+    nested: dict[str, Template] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path = TEMPLATE) -> Template:
@@ -98,7 +101,14 @@ class Template:
                 sqs_events=sqs_events,
                 schedules=schedules,
             )
-        return cls(data, functions, parameters)
+        nested = {
+            logical_id: cls.load((path.parent / resource["Properties"]["Location"]).resolve())
+            for logical_id, resource in data.get("Resources", {}).items()
+            if resource.get("Type") == "AWS::Serverless::Application"
+            and isinstance(resource.get("Properties", {}).get("Location"), str)
+            and "://" not in resource["Properties"]["Location"]
+        }
+        return cls(data, functions, parameters, nested)
 
     def resource(self, logical_id: str) -> dict[str, Any]:
         return self.data["Resources"][logical_id]

@@ -55,7 +55,7 @@ INVOKED = {
 
 
 # What the artifact is built from: a change to any of them makes it stale.
-SOURCES = ("template.yaml", "functions", "layers", "lua")
+SOURCES = ("template.yaml", "network", "observability", "edge", "functions", "layers", "lua")
 
 
 def newest_source() -> float:
@@ -124,6 +124,21 @@ def test_every_function_is_built_with_its_source_and_the_layer(built: Template, 
         for path in source.glob("*.py"):
             assert (fn.code_uri / path.name).read_bytes() == path.read_bytes(), f"{logical_id}: stale {path.name}"
     assert built.data["Globals"]["Function"]["Layers"] == [{"Ref": "SeckillLayer"}]
+
+
+def test_the_nested_stacks_are_built_beside_the_template(built: Template, template: Template) -> None:
+    """sam build copies each local nested template (the network, observability, the edge and
+    its web ACL) into the artifact, where sam package finds it; the press function's code
+    comes along intact."""
+    assert set(built.nested) == set(template.nested) == {"NetworkStack", "ObservabilityStack", "EdgeStack"}
+    for name in ("NetworkStack", "ObservabilityStack"):
+        assert built.nested[name].data["Resources"] == template.nested[name].data["Resources"], name
+    edge, source = built.nested["EdgeStack"], template.nested["EdgeStack"]
+    assert set(edge.nested) == set(source.nested) == {"EdgeWebAcl"}
+    assert edge.data["Resources"].keys() == source.data["Resources"].keys()
+    code = edge.resource("EdgePressFunction")["Properties"]["FunctionCode"]
+    assert code == (ROOT / "edge" / "press.js").read_text(encoding="utf-8")
+    assert edge.nested["EdgeWebAcl"].data["Resources"] == source.nested["EdgeWebAcl"].data["Resources"]
 
 
 def test_layer_carries_the_seckill_package(layer_dir: Path) -> None:

@@ -420,7 +420,7 @@ Resources:
       CodeUri: functions/seckill_api/
       Environment:
         Variables:
-          EDGE_KVS_ARN: !GetAtt EdgeKeyValueStore.Arn
+          EDGE_KVS_ARN: !GetAtt EdgeStack.Outputs.KeyValueStoreArn
           AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE: !Ref AWS::NoValue
 """
 

@@ -173,7 +173,9 @@ def test_globals_runtime_tracing_network_and_layer(data: dict[str, Any]) -> None
     assert globals_["Architectures"] == ["x86_64"]
     assert globals_["Tracing"] == "Active"
     assert globals_["Layers"] == [{"Ref": "SeckillLayer"}]
-    assert globals_["VpcConfig"]["SecurityGroupIds"] == [{"Ref": "FunctionSecurityGroup"}]
+    # The network stack's subnets and the functions' group, which Redis and RDS Proxy admit.
+    assert globals_["VpcConfig"]["SecurityGroupIds"] == [network_output("FunctionSecurityGroupId")]
+    assert globals_["VpcConfig"]["SubnetIds"] == {"Fn::Split": [",", network_output("SubnetIds")]}
     for logical_id in resources(data, "AWS::Serverless::Function"):
         assert "Runtime" not in props(data, logical_id), f"{logical_id}: the runtime comes from Globals"
 
@@ -341,27 +343,49 @@ def test_the_queue_is_polled_through_a_mapping_scoped_to_order_queue(data: dict[
     assert expiry["DependsOn"] == "OrderExpiryFunctionRole"
 
 
-def alarm_on(data: dict[str, Any], namespace: str, metric: str, dimension: Any = None) -> dict[str, Any]:
-    """The one alarm on that metric (of that dimension's value, when given)."""
-    (alarm,) = [a["Properties"] for a in resources(data, "AWS::CloudWatch::Alarm").values()
-                if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
-                and (dimension is None or a["Properties"]["Dimensions"][0]["Value"] == dimension)]  # fmt: skip
+OBSERVABILITY_STACK = "ObservabilityStack"
+
+
+@pytest.fixture(scope="module")
+def observability(template: Template) -> dict[str, Any]:
+    """The observability stack's template (dashboard, alarms), as template.yaml nests it."""
+    assert template.resource(OBSERVABILITY_STACK)["Properties"]["Location"] == "observability/template.yaml"
+    return template.nested[OBSERVABILITY_STACK].data
+
+
+def watched(data: dict[str, Any], value: Any) -> Any:
+    """What template.yaml passes the observability stack for a parameter it refers to
+    (with the edge, for the edge's names that only exist with it)."""
+    given = props(data, OBSERVABILITY_STACK)["Parameters"][value["Ref"]]
+    return given["Fn::If"][1] if isinstance(given, dict) and "Fn::If" in given else given
+
+
+def alarm_on(
+    data: dict[str, Any], observability: dict[str, Any], namespace: str, metric: str, dimension: Any = None
+) -> dict[str, Any]:
+    """The one alarm on that metric (of that dimension's value in template.yaml, when given)."""
+    alarms = [a["Properties"] for a in resources(observability, "AWS::CloudWatch::Alarm").values()]
+    (alarm,) = [a for a in alarms if a["Namespace"] == namespace and a["MetricName"] == metric
+                and (dimension is None or watched(data, a["Dimensions"][0]["Value"]) == dimension)]  # fmt: skip
     assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], f"{metric}: an alarm tells someone"
     return alarm
 
 
-def test_alarms(data: dict[str, Any]) -> None:
+def test_alarms(data: dict[str, Any], observability: dict[str, Any]) -> None:
     for queue in ("OrderDeadLetterQueue", "OrderPoisonQueue", "OrderExpiryDeadLetterQueue", "EdgeStateDeadLetterQueue"):
         name = {"Fn::GetAtt": [queue, "QueueName"]}
-        alarm = alarm_on(data, "AWS/SQS", "ApproximateNumberOfMessagesVisible", name)
-        assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": name}]
+        alarm = alarm_on(data, observability, "AWS/SQS", "ApproximateNumberOfMessagesVisible", name)
+        (dimension,) = alarm["Dimensions"]
+        assert dimension["Name"] == "QueueName"
         assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         assert float(alarm["Threshold"]) == 1  # any message at all
         assert alarm["Statistic"] == "Maximum"
-    errors = alarm_on(data, "AWS/Lambda", "Errors")
-    assert errors["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "OrderPersisterFunction"}}]
-    api = alarm_on(data, "AWS/ApiGateway", "5xx")
-    assert api["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": "SeckillHttpApi"}}]
+    errors = alarm_on(data, observability, "AWS/Lambda", "Errors")
+    assert watched(data, errors["Dimensions"][0]["Value"]) == {"Ref": "OrderPersisterFunction"}
+    api = alarm_on(data, observability, "AWS/ApiGateway", "5xx")
+    assert watched(data, api["Dimensions"][0]["Value"]) == {"Ref": "SeckillHttpApi"}
+    assert data["Outputs"]["AlarmTopicArn"]["Value"] == {"Fn::GetAtt": [OBSERVABILITY_STACK, "Outputs.AlarmTopicArn"]}
+    assert observability["Outputs"]["AlarmTopicArn"]["Value"] == {"Ref": "AlarmTopic"}
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -502,7 +526,20 @@ def test_reconciler_may_peek_at_the_dead_letter_queue_but_not_delete(
             assert "OrderDeadLetterQueue" not in json.dumps(role.get("Policies", [])), name
 
 
-# --- network and data stores --------------------------------------------------------------------
+# --- network (network/template.yaml, nested) and data stores ------------------------------------
+
+NETWORK_STACK = "NetworkStack"
+
+
+def network_output(name: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [NETWORK_STACK, f"Outputs.{name}"]}
+
+
+@pytest.fixture(scope="module")
+def network(template: Template) -> dict[str, Any]:
+    """The network stack's template, as template.yaml names it and the runner loads it."""
+    assert template.resource(NETWORK_STACK)["Properties"]["Location"] == "network/template.yaml"
+    return template.nested[NETWORK_STACK].data
 
 
 def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
@@ -513,21 +550,42 @@ def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
     return rules
 
 
-def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(data: dict[str, Any]) -> None:
+def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(
+    data: dict[str, Any], network: dict[str, Any]
+) -> None:
     def only(group: str, port: int, source_group: str) -> None:
-        rules = ingress(data, group)
+        rules = ingress(network, group)
         assert [(r["FromPort"], r["ToPort"], r["SourceSecurityGroupId"]) for r in rules] == [
             (port, port, {"Ref": source_group})
         ], group
         assert all("CidrIp" not in r for r in rules)
+        # The group the network stack gives for it is that group.
+        assert network["Outputs"][f"{group}Id"]["Value"] == {"Ref": group}
 
     only("CacheSecurityGroup", 6379, "FunctionSecurityGroup")
     only("ProxySecurityGroup", 3306, "FunctionSecurityGroup")
     only("DatabaseSecurityGroup", 3306, "ProxySecurityGroup")
-    assert ingress(data, "FunctionSecurityGroup") == []
+    assert ingress(network, "FunctionSecurityGroup") == []
+    # template.yaml puts each in its group, and only there.
+    assert props(data, "Cache")["SecurityGroupIds"] == [network_output("CacheSecurityGroupId")]
+    assert props(data, "DbProxy")["VpcSecurityGroupIds"] == [network_output("ProxySecurityGroupId")]
+    assert props(data, "Database")["VPCSecurityGroups"] == [network_output("DatabaseSecurityGroupId")]
+    assert not [name for name, r in data["Resources"].items() if r["Type"].startswith("AWS::EC2::")]
 
 
-def test_vpc_endpoints_and_no_internet_route(data: dict[str, Any]) -> None:
+def test_the_network_stack_gets_the_operators_network(transformed: dict[str, Any]) -> None:
+    """What the operator sets on template.yaml reaches the network stack; the same Rules keep
+    an existing VPC and its subnets together."""
+    given = transformed["Resources"][NETWORK_STACK]["Properties"]["Parameters"]
+    for name in ("VpcCidr", "ExistingVpcId", "CreateVpcEndpoints"):
+        assert given[name] == {"Ref": name}, name
+    # A CommaDelimitedList passes to a nested stack as one string.
+    assert given["ExistingSubnetIds"] == {"Fn::Join": [",", {"Ref": "ExistingSubnetIds"}]}
+    assert {"ExistingVpcNeedsSubnets", "ExistingSubnetsNeedVpc"} <= set(transformed["Rules"])
+
+
+def test_vpc_endpoints_and_no_internet_route(network: dict[str, Any]) -> None:
+    data = network
     services = {
         props(data, name)["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: props(data, name)
         for name in resources(data, "AWS::EC2::VPCEndpoint")
@@ -611,6 +669,9 @@ def test_schema_is_applied_by_the_migrator_custom_resource(template: Template, d
     assert template.functions["MigratorFunction"].timeout < int(properties["ServiceTimeout"]) <= 3600
     assert resource["DependsOn"] == "DbProxyTargetGroup"
     assert properties["Layer"] == {"Ref": "SeckillLayer"}  # a new schema.sql re-runs it
+    # Its reply goes to S3 and its secret comes through Secrets Manager: it waits for the
+    # network stack, whose outputs exist once its endpoints do.
+    assert properties["Network"] == network_output("EndpointIds")
     code = source(template.functions["MigratorFunction"])
     assert "migrate(" in code
     assert "ResponseURL" in code
@@ -649,9 +710,17 @@ def test_admin_routes_are_iam_authorized(template: Template) -> None:
     assert stop.match("POST", "/voucher/seckill/42/stop") == {"voucherId": "42"}
 
 
-def test_every_checkov_skip_is_justified(data: dict[str, Any]) -> None:
+def with_nested(template: Template) -> Iterator[Template]:
+    """The template and every stack it nests, however deep."""
+    yield template
+    for nested in template.nested.values():
+        yield from with_nested(nested)
+
+
+def test_every_checkov_skip_is_justified(template: Template) -> None:
     skipped = 0
-    for logical_id, resource in data["Resources"].items():
+    every = [(name, r) for t in with_nested(template) for name, r in t.data["Resources"].items()]
+    for logical_id, resource in every:
         for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
             assert re.fullmatch(r"CKV2?_AWS_\d+", skip["id"]), logical_id
             assert len(skip.get("comment", "")) > 20, f"{logical_id}: say why {skip['id']} does not apply"

@@ -1,7 +1,8 @@
-"""template.yaml's edge (parameter Edge): the state queue and its publisher, the press
-function (edge/press.js), the distribution, WAF (and edge/waf.yaml) and the sale's
-dashboard, checked offline with SAM's translator as tests/unit/test_template.py checks
-the rest."""
+"""The edge (parameter Edge): template.yaml's state queue and publisher, and its nested
+edge stack (edge/template.yaml: the press function, edge/press.js, the distribution, the
+store and WAF, edge/waf.yaml) and the sale's dashboard, checked offline as
+tests/unit/test_template.py checks the rest. The nested templates are read as the local
+runner reads them (Template.nested), with what template.yaml passes them."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ from seckill_local import edge_function_command
 from seckill_local.checkout import ROOT
 from seckill_local.edge_function_command import SOURCE, with_function_code
 from seckill_local.template import Template
-from tests.unit.test_template import actions, evaluate, statements, transformed
+from tests.unit.test_template import (
+    OBSERVABILITY_STACK,
+    ORIGIN_SECRET,
+    actions,
+    evaluate,
+    observability,
+    statements,
+    transformed,
+)
 
-__all__ = ["transformed"]  # the fixture, shared with test_template.py
+__all__ = ["observability", "transformed"]  # the fixtures, shared with test_template.py
 
 # The in-VPC functions that change a voucher's state, and so queue it for the edge.
 STATE_SENDERS = (
@@ -31,9 +40,12 @@ STATE_SENDERS = (
     "DrawClockFunction",
 )
 EDGE_RESOURCE_TYPES = ("AWS::CloudFront::", "AWS::WAFv2::")
+EDGE_STACK = "EdgeStack"  # template.yaml's nested edge/template.yaml
+WAF_STACK = "EdgeWebAcl"  # edge/template.yaml's nested edge/waf.yaml
+WAF_TEMPLATE = ROOT / "edge" / "waf.yaml"
 
 
-def stack(transformed: dict[str, Any], **parameters: str) -> dict[str, dict[str, Any]]:
+def stack(transformed: dict[str, Any], **parameters: Any) -> dict[str, dict[str, Any]]:
     """The resources a stack with these parameters has, properties resolved."""
     parameters = {"AWS::Region": "us-east-1", **parameters}
     return {
@@ -41,6 +53,40 @@ def stack(transformed: dict[str, Any], **parameters: str) -> dict[str, dict[str,
         for name, resource in transformed["Resources"].items()
         if "Condition" not in resource or evaluate({"Condition": resource["Condition"]}, transformed, parameters)
     }
+
+
+def passed(parent: dict[str, Any], application: str, **parameters: Any) -> dict[str, Any]:
+    """The parameters ``parent`` (with ``parameters``) gives its nested ``application``;
+    the pseudo parameters (the region) carry over, as CloudFormation's do."""
+    parameters = {"AWS::Region": "us-east-1", **parameters}
+    given = stack(parent, **parameters)[application]["Properties"]["Parameters"]
+    return {"AWS::Region": parameters["AWS::Region"], **given}
+
+
+@pytest.fixture(scope="module")
+def edge(template: Template) -> Template:
+    """The edge stack's template, as template.yaml names it and the runner loads it."""
+    nested = template.nested[EDGE_STACK]
+    assert template.resource(EDGE_STACK)["Properties"]["Location"] == "edge/template.yaml"
+    return nested
+
+
+@pytest.fixture(scope="module")
+def waf(edge: Template) -> dict[str, Any]:
+    assert edge.resource(WAF_STACK)["Properties"]["Location"] == "waf.yaml"
+    return edge.nested[WAF_STACK].data
+
+
+def edge_stack(transformed: dict[str, Any], edge: Template, **parameters: Any) -> dict[str, dict[str, Any]]:
+    """The edge stack's resources as template.yaml with ``parameters`` creates it."""
+    return stack(edge.data, **passed(transformed, EDGE_STACK, **parameters))
+
+
+def waf_stack(
+    transformed: dict[str, Any], edge: Template, waf: dict[str, Any], **parameters: Any
+) -> dict[str, dict[str, Any]]:
+    """edge/waf.yaml's resources as the edge stack, created by template.yaml, nests it."""
+    return stack(waf, **passed(edge.data, WAF_STACK, **passed(transformed, EDGE_STACK, **parameters)))
 
 
 def variables(resources: dict[str, dict[str, Any]], logical_id: str) -> dict[str, Any]:
@@ -63,11 +109,19 @@ def test_edge_is_on_by_default_and_can_be_left_out(transformed: dict[str, Any]) 
 def test_without_the_edge_nothing_of_it_is_deployed(transformed: dict[str, Any]) -> None:
     with_edge, without = stack(transformed), stack(transformed, Edge="none")
     edge_only = set(with_edge) - set(without)
-    assert {"EdgeStateQueue", "EdgeStateDeadLetterQueue", "EdgePublisherFunction", "EdgeKeyValueStore"} <= edge_only
+    assert {"EdgeStateQueue", "EdgeStateDeadLetterQueue", "EdgePublisherFunction", EDGE_STACK} <= edge_only
+    assert with_edge[EDGE_STACK]["Type"] == "AWS::CloudFormation::Stack"
+    # CloudFront and WAF live in the edge stack only.
+    for name, resource in with_edge.items():
+        assert not resource["Type"].startswith(EDGE_RESOURCE_TYPES), name
     # ReconcilerFunction's edge notice: a rule of its SAM schedule, switched off without the edge.
     assert with_edge["ReconcilerFunctionEdgeNotice"]["Properties"]["State"] == "ENABLED"
     assert without.pop("ReconcilerFunctionEdgeNotice")["Properties"]["State"] == "DISABLED"
     without.pop("ReconcilerFunctionEdgeNoticePermission")  # the rule's, to invoke the function
+    # The observability stack is told there is no edge and given none of the edge's names.
+    watching = without.pop(OBSERVABILITY_STACK)["Properties"]["Parameters"]
+    assert watching.pop("Edge") == "none"
+    assert all(value == "" for name, value in watching.items() if name.startswith("Edge")), watching
     for name, resource in without.items():
         assert not resource["Type"].startswith(EDGE_RESOURCE_TYPES), name
         assert not name.startswith("Edge"), name
@@ -118,7 +172,7 @@ def test_the_state_queue_redrives_to_its_dead_letter_queue(template: Template) -
     assert int(source["ScalingConfig"]["MaximumConcurrency"]) >= 2  # SQS's minimum
 
 
-def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dict[str, Any]) -> None:
+def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dict[str, Any], edge: Template) -> None:
     resources = stack(transformed)
     function = resources["EdgePublisherFunction"]["Properties"]
     # The KeyValueStore API has no VPC endpoint: no VpcConfig, and no VPC-access policy.
@@ -130,7 +184,10 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
         if resource["Type"] == "AWS::Lambda::Function" and name != "EdgePublisherFunction":
             assert "VpcConfig" in resource["Properties"], name
     env = function["Environment"]["Variables"]
-    assert env["EDGE_KVS_ARN"] == {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}
+    # The edge stack's store, through its output.
+    store = {"Fn::GetAtt": [EDGE_STACK, "Outputs.KeyValueStoreArn"]}
+    assert edge.data["Outputs"]["KeyValueStoreArn"]["Value"] == {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}
+    assert env["EDGE_KVS_ARN"] == store
     assert env["AWS_ENDPOINT_URL_CLOUDFRONT_KEYVALUESTORE"] == {"Ref": "AWS::NoValue"}  # a local knob
     kvs = {s["Sid"]: s for s in role_statements(resources, "EdgePublisherFunction") if "Sid" in s}["WriteEdgeState"]
     assert sorted(actions(kvs)) == [
@@ -139,7 +196,7 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
         "cloudfront-keyvaluestore:ListKeys",
         "cloudfront-keyvaluestore:UpdateKeys",
     ]
-    assert kvs["Resource"] == {"Fn::GetAtt": ["EdgeKeyValueStore", "Arn"]}
+    assert kvs["Resource"] == store
     # No other role may touch the store; the publisher touches nothing else but its queue.
     for name, resource in resources.items():
         if resource["Type"] == "AWS::IAM::Role" and name != "EdgePublisherFunctionRole":
@@ -155,11 +212,12 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
     assert env["SECKILL_PASS_KEYS"] == {"Ref": "AWS::NoValue"}  # a local knob
 
 
-# --- the press function: edge/press.js, inline -------------------------------------------------
+# --- the press function: edge/press.js, inline in the edge stack ----------------------------
 
 
-def test_the_press_function_is_edge_press_js_byte_for_byte(template: Template) -> None:
-    function = template.resource("EdgePressFunction")["Properties"]
+def test_the_press_function_is_edge_press_js_byte_for_byte(edge: Template) -> None:
+    assert edge_function_command.TEMPLATE == edge_function_command.ROOT / "edge" / "template.yaml"
+    function = edge.resource("EdgePressFunction")["Properties"]
     code = SOURCE.read_bytes()
     assert function["FunctionCode"].encode("utf-8") == code, "run `make edge-function`"
     # CloudFront Functions take at most 10 KB of code.
@@ -229,8 +287,8 @@ PRESS = {"Fn::GetAtt": ["EdgePressFunction", "FunctionARN"]}
 DENY = {"Fn::GetAtt": ["EdgeDenyFunction", "FunctionARN"]}
 
 
-def distribution(template: Template) -> dict[str, Any]:
-    config: dict[str, Any] = template.resource("EdgeDistribution")["Properties"]["DistributionConfig"]
+def distribution(edge: Template) -> dict[str, Any]:
+    config: dict[str, Any] = edge.resource("EdgeDistribution")["Properties"]["DistributionConfig"]
     return config
 
 
@@ -248,10 +306,12 @@ def functions_of(behavior: dict[str, Any]) -> list[Any]:
     return [a["FunctionARN"] for a in associations]
 
 
-def test_the_origin_is_the_http_api_over_tls_1_2(template: Template) -> None:
-    config = distribution(template)
+def test_the_origin_is_the_http_api_over_tls_1_2(template: Template, edge: Template) -> None:
+    config = distribution(edge)
     (origin,) = config["Origins"]
-    assert origin["DomainName"] == {"Fn::Sub": "${SeckillHttpApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
+    given = template.resource(EDGE_STACK)["Properties"]["Parameters"]
+    assert origin["DomainName"] == {"Ref": "OriginDomain"}
+    assert given["OriginDomain"] == {"Fn::Sub": "${SeckillHttpApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
     assert origin["CustomOriginConfig"]["OriginProtocolPolicy"] == "https-only"
     assert origin["CustomOriginConfig"]["OriginSSLProtocols"] == ["TLSv1.2"]
     # The origin header, from the secret the authorizer checks (its version a parameter: a rotation).
@@ -260,9 +320,12 @@ def test_the_origin_is_the_http_api_over_tls_1_2(template: Template) -> None:
     condition, versioned, current = header["HeaderValue"]["Fn::If"]
     assert condition == "HasOriginSecretVersion"
     assert versioned == {
-        "Fn::Sub": "{{resolve:secretsmanager:${OriginSecret}:SecretString:current::${OriginSecretVersionId}}}"
+        "Fn::Sub": "{{resolve:secretsmanager:${OriginSecretArn}:SecretString:current::${OriginSecretVersionId}}}"
     }
-    assert current == {"Fn::Sub": "{{resolve:secretsmanager:${OriginSecret}:SecretString:current}}"}
+    assert current == {"Fn::Sub": "{{resolve:secretsmanager:${OriginSecretArn}:SecretString:current}}"}
+    # The secret the authorizer checks, and the version the operator sets on template.yaml.
+    assert given["OriginSecretArn"] == ORIGIN_SECRET
+    assert given["OriginSecretVersionId"] == {"Ref": "OriginSecretVersionId"}
     draw = behavior_for(config, "/voucher/seckill/42/draw")["PathPattern"]
     for behavior in [config["DefaultCacheBehavior"], *config["CacheBehaviors"]]:
         assert behavior["TargetOriginId"] == origin["Id"]
@@ -275,14 +338,14 @@ def test_the_origin_is_the_http_api_over_tls_1_2(template: Template) -> None:
         assert behavior["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
 
 
-def test_the_draw_record_is_cached_two_seconds_at_most(template: Template) -> None:
+def test_the_draw_record_is_cached_two_seconds_at_most(edge: Template) -> None:
     """The one cached route: public, the same for everyone, read by every waiting client."""
-    draw = behavior_for(distribution(template), "/voucher/seckill/42/draw")
+    draw = behavior_for(distribution(edge), "/voucher/seckill/42/draw")
     assert draw["AllowedMethods"] == ["GET", "HEAD"]
     assert draw["CachePolicyId"] == {"Ref": "DrawRecordCachePolicy"}
     assert "OriginRequestPolicyId" not in draw  # nothing of the viewer's reaches the API
     assert functions_of(draw) == []
-    config = template.resource("DrawRecordCachePolicy")["Properties"]["CachePolicyConfig"]
+    config = edge.resource("DrawRecordCachePolicy")["Properties"]["CachePolicyConfig"]
     assert int(config["MaxTTL"]) <= 2
     assert int(config["DefaultTTL"]) <= int(config["MaxTTL"])
     keyed = config["ParametersInCacheKeyAndForwardedToOrigin"]
@@ -290,20 +353,20 @@ def test_the_draw_record_is_cached_two_seconds_at_most(template: Template) -> No
     assert keyed["CookiesConfig"] == {"CookieBehavior": "none"}
     assert keyed["QueryStringsConfig"] == {"QueryStringBehavior": "none"}
     # The admin route beside it stays refused at the edge.
-    assert functions_of(behavior_for(distribution(template), "/voucher/seckill/42/stop")) == [DENY]
+    assert functions_of(behavior_for(distribution(edge), "/voucher/seckill/42/stop")) == [DENY]
 
 
-def test_the_entry_routes_reach_the_api_as_the_other_user_routes(template: Template) -> None:
+def test_the_entry_routes_reach_the_api_as_the_other_user_routes(edge: Template) -> None:
     """Through the press's behavior, whose function passes them on (edge/press.js touches the press only)."""
-    entry = behavior_for(distribution(template), "/voucher-order/seckill/42/entry")
+    entry = behavior_for(distribution(edge), "/voucher-order/seckill/42/entry")
     assert {"GET", "POST"} <= set(entry["AllowedMethods"])
     assert functions_of(entry) == [PRESS]
     assert entry["CachePolicyId"] == CACHING_DISABLED
     assert entry["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
 
 
-def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template) -> None:
-    config = distribution(template)
+def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template, edge: Template) -> None:
+    config = distribution(edge)
     served = 0
     for route, _ in template.routes():
         path = re.sub(r"\{\w+\}", "42", route.path)
@@ -327,27 +390,23 @@ def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(templa
     assert functions_of(behavior_for(config, "/voucher-order/42/payment/")) == [DENY]
 
 
-def test_the_deny_function_answers_without_the_origin(template: Template) -> None:
-    code = template.resource("EdgeDenyFunction")["Properties"]["FunctionCode"]
+def test_the_deny_function_answers_without_the_origin(edge: Template) -> None:
+    code = edge.resource("EdgeDenyFunction")["Properties"]["FunctionCode"]
     assert "statusCode: 403" in code
     assert "event.request" not in code  # it never forwards
 
 
-def test_outputs_give_the_edge_and_keep_the_api(template: Template) -> None:
+def test_outputs_give_the_edge_and_keep_the_api(template: Template, edge: Template) -> None:
     outputs = template.data["Outputs"]
-    assert outputs["EdgeUrl"]["Value"] == {"Fn::Sub": "https://${EdgeDistribution.DomainName}"}
+    assert outputs["EdgeUrl"]["Value"] == {"Fn::Sub": "https://${EdgeStack.Outputs.DomainName}"}
+    assert edge.data["Outputs"]["DomainName"]["Value"] == {"Fn::GetAtt": ["EdgeDistribution", "DomainName"]}
     assert outputs["EdgeUrl"]["Condition"] == "HasEdge"
     assert "Condition" not in outputs["ApiEndpoint"]
 
 
-# --- WAF -----------------------------------------------------------------------------------------
+# --- WAF: edge/waf.yaml, nested in the edge stack -----------------------------------------------
 
-WAF_TEMPLATE = ROOT / "edge" / "waf.yaml"
-
-
-@pytest.fixture(scope="module")
-def waf() -> dict[str, Any]:
-    return Template.load(WAF_TEMPLATE).data
+RULE_PARAMETERS = ("EdgeRateLimitPerIp", "EdgeRateLimitPerToken", "EdgeBotControl")
 
 
 def rules(resources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -355,23 +414,31 @@ def rules(resources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["Name"]: r for r in found if r != {"Ref": "AWS::NoValue"}}
 
 
-def test_the_stack_and_edge_waf_yaml_have_the_same_rules(template: Template, waf: dict[str, Any]) -> None:
-    ours, theirs = template.resource("EdgeWebAcl")["Properties"], waf["Resources"]["EdgeWebAcl"]["Properties"]
-    assert ours["Rules"] == theirs["Rules"]
-    for key in ("Scope", "DefaultAction", "Description"):
-        assert ours[key] == theirs[key], key
-    # The parameters and the condition the rules name mean the same in both.
-    for name in ("EdgeRateLimitPerIp", "EdgeRateLimitPerToken", "EdgeBotControl"):
-        assert template.data["Parameters"][name] == waf["Parameters"][name], name
-    assert template.data["Conditions"]["EdgeBotControlOn"] == waf["Conditions"]["EdgeBotControlOn"]
-    ours_log = template.resource("EdgeWafLogging")["Properties"]
-    assert ours_log == waf["Resources"]["EdgeWafLogging"]["Properties"]
+def test_the_rules_live_in_edge_waf_yaml_alone(template: Template, edge: Template, waf: dict[str, Any]) -> None:
+    """One rule set: no other template declares a web ACL, and what the operator sets on
+    template.yaml reaches edge/waf.yaml's parameters of the same names, which mean the same."""
+    for name, data in (("template.yaml", template.data), ("edge/template.yaml", edge.data)):
+        for logical_id, resource in data["Resources"].items():
+            assert not resource["Type"].startswith("AWS::WAFv2::"), f"{name}: {logical_id}"
+    assert waf["Resources"]["EdgeWebAcl"]["Type"] == "AWS::WAFv2::WebACL"
+    for name in (*RULE_PARAMETERS, "LogRetentionDays"):
+        for parent, application in ((template, EDGE_STACK), (edge, WAF_STACK)):
+            assert parent.resource(application)["Properties"]["Parameters"][name] == {"Ref": name}, name
+        # The values the Seckill stack accepts are values the nested ones accept.
+        for key in ("Type", "Default", "AllowedValues"):
+            assert template.data["Parameters"][name].get(key) == waf["Parameters"][name].get(key), (name, key)
     assert waf["Outputs"]["WebAclArn"]["Value"] == {"Fn::GetAtt": ["EdgeWebAcl", "Arn"]}
 
 
-def test_rate_limits_guard_the_press_and_order_routes(transformed: dict[str, Any]) -> None:
+def test_rate_limits_guard_the_press_and_order_routes(
+    transformed: dict[str, Any], edge: Template, waf: dict[str, Any]
+) -> None:
     parameters = transformed["Parameters"]
-    found = rules(stack(transformed))
+    found = rules(waf_stack(transformed, edge, waf))
+    # What the operator sets on template.yaml is what WAF counts to.
+    lowered = rules(waf_stack(transformed, edge, waf, EdgeRateLimitPerIp=11, EdgeRateLimitPerToken=12))
+    assert lowered["press-rate-per-ip"]["Statement"]["RateBasedStatement"]["Limit"] == 11
+    assert lowered["press-rate-per-token"]["Statement"]["RateBasedStatement"]["Limit"] == 12
     for name, key, parameter in (
         ("press-rate-per-ip", "IP", "EdgeRateLimitPerIp"),
         ("press-rate-per-token", "CUSTOM_KEYS", "EdgeRateLimitPerToken"),
@@ -396,8 +463,10 @@ def test_rate_limits_guard_the_press_and_order_routes(transformed: dict[str, Any
     assert int(parameters["EdgeRateLimitPerIp"]["Default"]) > int(parameters["EdgeRateLimitPerToken"]["Default"]) >= 10
 
 
-def test_managed_rules_and_bot_control_only_when_asked(transformed: dict[str, Any]) -> None:
-    off, on = rules(stack(transformed)), rules(stack(transformed, EdgeBotControl="on"))
+def test_managed_rules_and_bot_control_only_when_asked(
+    transformed: dict[str, Any], edge: Template, waf: dict[str, Any]
+) -> None:
+    off, on = rules(waf_stack(transformed, edge, waf)), rules(waf_stack(transformed, edge, waf, EdgeBotControl="on"))
     managed = {
         r["Statement"]["ManagedRuleGroupStatement"]["Name"]
         for r in off.values()
@@ -423,18 +492,22 @@ def test_managed_rules_and_bot_control_only_when_asked(transformed: dict[str, An
      ("eu-west-1", "arn:aws:wafv2:us-east-1:123456789012:global/webacl/w/1", False)],
 )  # fmt: skip
 def test_the_distribution_gets_the_stacks_acl_or_the_one_given(
-    transformed: dict[str, Any], region: str, acl_arn: str, created: bool
+    transformed: dict[str, Any], edge: Template, waf: dict[str, Any], region: str, acl_arn: str, created: bool
 ) -> None:
-    resources = stack(transformed, **{"AWS::Region": region, "EdgeWebAclArn": acl_arn})
-    assert ("EdgeWebAcl" in resources) is created
-    assert ("EdgeWafLogging" in resources) is created
+    parameters = {"AWS::Region": region, "EdgeWebAclArn": acl_arn}
+    resources = edge_stack(transformed, edge, **parameters)
+    assert (WAF_STACK in resources) is created
     acl = resources["EdgeDistribution"]["Properties"]["DistributionConfig"]["WebACLId"]
-    assert acl == ({"Fn::GetAtt": ["EdgeWebAcl", "Arn"]} if created else acl_arn)
+    assert acl == ({"Fn::GetAtt": [WAF_STACK, "Outputs.WebAclArn"]} if created else acl_arn)
     if created:
-        assert resources["EdgeWebAcl"]["Properties"]["Scope"] == "CLOUDFRONT"
+        acls = waf_stack(transformed, edge, waf, **parameters)
+        assert acls["EdgeWebAcl"]["Properties"]["Scope"] == "CLOUDFRONT"
+        # Named after the Seckill stack, not the nested stack's random name.
+        assert acls["EdgeWebAcl"]["Properties"]["Name"] == {"Fn::Sub": "${ServiceName}-edge"}
+        assert "EdgeWafLogging" in acls
 
 
-def test_outside_us_east_1_the_edge_needs_an_acl(template: Template) -> None:
+def test_outside_us_east_1_the_edge_needs_an_acl(template: Template, waf: dict[str, Any]) -> None:
     rule = template.data["Rules"]["EdgeOutsideUsEast1NeedsWebAcl"]
     assert "us-east-1" in json.dumps(rule["RuleCondition"])
     assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "EdgeWebAclArn"}, ""]}]}
@@ -442,13 +515,16 @@ def test_outside_us_east_1_the_edge_needs_an_acl(template: Template) -> None:
     assert pattern.fullmatch("")
     assert pattern.fullmatch("arn:aws:wafv2:us-east-1:123456789012:global/webacl/seckill-waf/abc")
     assert not pattern.fullmatch("arn:aws:wafv2:eu-west-1:123456789012:regional/webacl/seckill-waf/abc")
+    # edge/waf.yaml deployed on its own refuses any other region.
+    (assertion,) = waf["Rules"]["CloudFrontAclsLiveInUsEast1"]["Assertions"]
+    assert assertion["Assert"] == {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-east-1"]}
 
 
-def test_waf_logs_only_what_it_blocks_or_challenges(template: Template) -> None:
-    group = template.resource("EdgeWafLogs")["Properties"]
-    assert group["LogGroupName"]["Fn::Sub"].startswith("aws-waf-logs-")  # WAF's required prefix
+def test_waf_logs_only_what_it_blocks_or_challenges(waf: dict[str, Any]) -> None:
+    group = waf["Resources"]["EdgeWafLogs"]["Properties"]
+    assert group["LogGroupName"]["Fn::Sub"][0].startswith("aws-waf-logs-")  # WAF's required prefix
     assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
-    logging = template.resource("EdgeWafLogging")["Properties"]
+    logging = waf["Resources"]["EdgeWafLogging"]["Properties"]
     assert logging["LoggingFilter"]["DefaultBehavior"] == "DROP"
     (keep,) = logging["LoggingFilter"]["Filters"]
     assert keep["Behavior"] == "KEEP"
@@ -457,35 +533,57 @@ def test_waf_logs_only_what_it_blocks_or_challenges(template: Template) -> None:
 
 # --- the sale's dashboard --------------------------------------------------------------------
 
+WIDGETS = "EdgeDashboardWidgets"
 
-def dashboard(transformed: dict[str, Any], **parameters: str) -> dict[str, Any]:
-    """The dashboard's JSON as CloudFormation would write it, every ${...} a placeholder."""
-    body = stack(transformed, **parameters)["SaleDashboard"]["Properties"]["DashboardBody"]
+
+def sub_text(part: Any) -> str:
+    """A dashboard part as text, every ${X} but the edge's widgets written X."""
+    if isinstance(part, str):
+        return part
+    template = part["Fn::Sub"] if isinstance(part["Fn::Sub"], str) else part["Fn::Sub"][0]
+    return re.sub(r"\$\{([\w:.]+)\}", lambda m: m[0] if m[1] == WIDGETS else m[1].replace(":", "_"), template)
+
+
+def dashboard(
+    transformed: dict[str, Any], edge: Template, observability: dict[str, Any], **parameters: str
+) -> dict[str, Any]:
+    """The dashboard's JSON as CloudFormation would write it, the observability stack's
+    with the edge stack's widgets (both as template.yaml creates them), every other
+    ${...} a placeholder."""
+    given = passed(transformed, OBSERVABILITY_STACK, **parameters)
+    body = stack(observability, **given)["SaleDashboard"]["Properties"]["DashboardBody"]
     separator, parts = body["Fn::Join"]
-
-    def text(part: Any) -> str:
-        if isinstance(part, str):
-            return part
-        template = part["Fn::Sub"] if isinstance(part["Fn::Sub"], str) else part["Fn::Sub"][0]
-        return re.sub(r"\$\{([\w:.]+)\}", lambda m: m[1].replace(":", "_"), template)
-
-    found: dict[str, Any] = json.loads(separator.join(text(p) for p in parts))
+    text = separator.join(sub_text(p) for p in parts)
+    if parameters.get("Edge") != "none":
+        assert given[WIDGETS] == {"Fn::GetAtt": [EDGE_STACK, "Outputs.DashboardWidgets"]}
+        output = evaluate(edge.data["Outputs"]["DashboardWidgets"]["Value"], edge.data, passed(transformed, EDGE_STACK))
+        text = text.replace(f"${{{WIDGETS}}}", sub_text(output))
+    found: dict[str, Any] = json.loads(text)
     return found
 
 
-def test_the_dashboard_shows_the_noon(transformed: dict[str, Any]) -> None:
-    with_edge, without = dashboard(transformed), dashboard(transformed, Edge="none")
+def test_the_dashboard_shows_the_noon(
+    transformed: dict[str, Any], edge: Template, observability: dict[str, Any]
+) -> None:
+    with_edge = dashboard(transformed, edge, observability)
+    without = dashboard(transformed, edge, observability, Edge="none")
     shown = json.dumps(with_edge)
     # Every refusal the gate can answer, as the API counts it (seckill.press.tally: "Refused" + code).
     for refusal in REFUSALS.values():
         assert f'"Refused{refusal.code}"' in shown, refusal.code
     for metric in ("OrdersAccepted", "TryAgain", "FunctionInvocations", "BlockedRequests", "Throttles"):
         assert metric in shown, metric
+    # The queues it shows are template.yaml's, by the names it passes.
+    given = transformed["Resources"][OBSERVABILITY_STACK]["Properties"]["Parameters"]
     for queue in ("OrderQueue", "OrderExpiryQueue", "OrderDeadLetterQueue", "OrderPoisonQueue", "EdgeStateQueue"):
-        assert f"{queue}.QueueName" in shown, queue
+        assert f'"{queue}Name"' in shown, queue
+        assert {"Fn::GetAtt": [queue, "QueueName"]} in (given[f"{queue}Name"], *given[f"{queue}Name"].get("Fn::If", []))
     # CloudFront's and WAF's metrics are in us-east-1 whatever the stack's region.
     edge_widgets = [w for w in with_edge["widgets"] if "AWS/CloudFront" in json.dumps(w) or "WAFV2" in json.dumps(w)]
     assert len(edge_widgets) == 2
     assert all(w["properties"]["region"] == "us-east-1" for w in edge_widgets)
     assert len(without["widgets"]) == len(with_edge["widgets"]) - 3
     assert "Edge" not in json.dumps(without)
+    # CloudFront's function metrics carry the function's name (its Ref is the ARN).
+    name = edge.resource("EdgePressFunction")["Properties"]["Name"]["Fn::Sub"]
+    assert f'FunctionName=\\"{name.replace("${", "").replace("}", "")}\\"' in shown

@@ -1,4 +1,4 @@
-"""The edge on this machine: ``server.mjs`` on Node.js applies the template's
+"""The edge on this machine: ``server.mjs`` on Node.js applies the edge stack's
 EdgeDistribution in front of the local API (its cache behaviors' allowed methods and
 viewer-request functions: ``edge/press.js`` on the press, EdgeDenyFunction on the routes
 the edge does not serve) and hosts an in-memory stand-in of the KeyValueStore, which the
@@ -37,6 +37,8 @@ from seckill_local.sqs import LOCAL_AWS
 from seckill_local.template import Template
 
 SERVER = Path(__file__).resolve().parent / "server.mjs"
+# The nested stack (template.yaml's AWS::Serverless::Application) that holds the distribution.
+EDGE_STACK = "EdgeStack"
 DISTRIBUTION = "EdgeDistribution"
 # The one store of a local run; its account is no one's.
 KVS_ARN = "arn:aws:cloudfront::000000000000:key-value-store/seckill-local"
@@ -56,11 +58,12 @@ class EdgeStats:
 
 
 def distribution(template: Template) -> dict[str, Any]:
-    """The template's EdgeDistribution as ``server.mjs`` applies it: its cache behaviors in
+    """The edge stack's EdgeDistribution as ``server.mjs`` applies it: its cache behaviors in
     order, the default last with the pattern ``*``, each with its allowed methods and the
     logical id of its viewer-request function (or None), and every such function's code.
-    EdgePressFunction's code is ``edge/press.js``, which the template's copies
+    EdgePressFunction's code is ``edge/press.js``, which the edge template's copies
     (``seckill-edge-function``), so that an edit runs locally before it is copied."""
+    template = template.nested[EDGE_STACK]
     config = template.resource(DISTRIBUTION)["Properties"]["DistributionConfig"]
     behaviors, functions = [], {}
     for behavior in [*config.get("CacheBehaviors", []), {**config["DefaultCacheBehavior"], "PathPattern": "*"}]:

@@ -1,7 +1,8 @@
 // The distribution's cache behaviors as CloudFront applies them to a viewer request: the
 // first behavior whose path pattern matches decides which methods are allowed and which
-// viewer-request function runs. The behaviors come from template.yaml's EdgeDistribution
-// (seckill_local.edge.distribution), so the local edge refuses what the stack refuses.
+// viewer-request function runs. The behaviors come from the edge stack's EdgeDistribution
+// (edge/template.yaml, read by seckill_local.edge.distribution), so the local edge
+// refuses what the stack refuses.
 
 // "CloudFront normalizes URI paths consistent with RFC 3986 and then matches the path with
 // the correct cache behavior. Once the cache behavior is matched, CloudFront sends the raw

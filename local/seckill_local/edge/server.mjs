@@ -7,7 +7,7 @@
 //        --upstream http://127.0.0.1:3000 --port 8080 --kvs-port 8081 \
 //        --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
 //
-// --distribution is what seckill_local.edge.distribution() reads from template.yaml: the
+// --distribution is what seckill_local.edge.distribution() reads from edge/template.yaml: the
 // behaviors in order ({pathPattern, allowedMethods, function}, the default's pattern "*"
 // last) and each function's code by name.
 // Port 0 picks a free port; the ready line names the ports bound. --exit-with-stdin ends

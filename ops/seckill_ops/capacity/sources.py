@@ -341,7 +341,7 @@ ASSUMPTIONS: dict[str, Assumption] = {
             "waf_rules",
             4,
             "rules",
-            "template.yaml / edge/waf.yaml: two rate-based rules and two AWS managed rule groups",
+            "edge/waf.yaml (the one rule set): two rate-based rules and two AWS managed rule groups",
         ),
         Assumption("admit_factor", 2, "x the units on sale", "the draw's admitFactor default"),
         Assumption("draw_close_seconds", 60, "s", "the draw's drawCloseSeconds default"),

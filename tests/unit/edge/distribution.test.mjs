@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 
 import { behaviorFor, normalizePath, pathMatches } from '../../../local/seckill_local/edge/distribution.mjs';
 
-// The shape of template.yaml's EdgeDistribution, in its order.
+// The shape of edge/template.yaml's EdgeDistribution (the edge stack), in its order.
 const BEHAVIORS = [
   { pathPattern: '/voucher-order/seckill/*', function: 'press' },
   { pathPattern: '/voucher-order/*/payment*', function: 'deny' },
