@@ -98,3 +98,13 @@ CREATE TABLE IF NOT EXISTS tb_draw_move (
   decide_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (voucher_id, at_ms)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- The order-id counter's value after each recovery (seckill.repair.recovery): blocks
+-- leased since then lie above it, and MySQL's orders may not show them yet, so the
+-- next recovery of the same UTC day raises the counter above this too.
+CREATE TABLE IF NOT EXISTS tb_order_counter_floor (
+  day          DATE            NOT NULL COMMENT 'the UTC day of the counter',
+  floor        BIGINT UNSIGNED NOT NULL COMMENT 'the sequence the counter stood at after the recovery',
+  update_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (day)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

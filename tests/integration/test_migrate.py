@@ -23,6 +23,7 @@ TABLES = {
     "tb_draw",
     "tb_draw_entry",
     "tb_draw_move",
+    "tb_order_counter_floor",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from seckill.ids import LEASE_GAP, SEQUENCE_MASK, next_order_id
+from seckill.ids import BLOCK, LEASE_GAP, SEQUENCE_MASK, OrderIds, next_order_id
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.errors import Refusal, SeckillError
@@ -379,6 +379,27 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     finally:
         redis.set(key, max(before, int(redis.get(key) or 0)))
     assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK
+
+
+def test_a_second_loss_leases_no_block_a_container_still_holds(db: Database, redis: Any, scripts: Scripts) -> None:
+    """Redis loses its data twice in a day, and no order made since the first recovery
+    is stored yet. MySQL's largest sequence alone put the counter back where the first
+    recovery had: a new container leased the very block an old one still held, and both
+    gave a user the same order id in the same second (a chaos run under load: the second
+    order went to the poison queue after its 202)."""
+    key = keys.order_counter(datetime.now(UTC))
+    before = int(redis.get(key) or 0)
+    try:
+        redis.delete(key)  # the first loss
+        restore_order_counter(db, scripts)
+        old = OrderIds(redis)  # a container that leased after the first recovery
+        held = old.take() & SEQUENCE_MASK
+        redis.delete(key)  # the second loss, before any order of that block is stored
+        restore_order_counter(db, scripts)
+        fresh = OrderIds(redis)  # a container started after the second recovery
+        assert fresh.take() & SEQUENCE_MASK >= held + BLOCK
+    finally:
+        redis.set(key, max(before, int(redis.get(key) or 0)))
 
 
 def test_a_lost_voucher_is_rebuilt_with_its_dead_lettered_orders_counted(
