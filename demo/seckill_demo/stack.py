@@ -64,8 +64,8 @@ class LocalEdge:
 
 
 class LocalStack:
-    """The runner's three processes: moto SQS, the HTTP API (behind the edge, with
-    ``edge``) and the queue feeder (EdgePublisherFunction's too, with ``edge``)."""
+    """The runner's processes: moto SQS, the HTTP API (behind the edge, with ``edge``)
+    and the queue feeder; with ``edge``, EdgePublisherFunction's feeder apart."""
 
     def __init__(
         self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int, edge: bool = False
@@ -104,18 +104,24 @@ class LocalStack:
             edge = ["--edge", "--kvs-endpoint", self.edge.kvs_endpoint]
             api += ["--edge-port", port(self.edge.url), "--kvs-port", port(self.edge.kvs_endpoint)]
         self._spawn("api", "start-api", "--port", *api, *env, *edge)
-        self._spawn("feed", "feed", *env, *vt, *edge)
+        publisher = ["--skip", PUBLISHER] if self.edge is not None else []
+        self._spawn("feed", "feed", *env, *vt, *edge, *publisher)
+        if self.edge is not None:
+            # The publisher's mapping in a process of its own: pausing the persister's or the
+            # expiry function's (pause_feeder) must not stop the edge's state on its way.
+            self._spawn("feed-edge", "feed", *env, *vt, *edge, "--only", PUBLISHER)
         http = urllib3.PoolManager(retries=False, timeout=2)
         self._wait("the local HTTP API", lambda: http.request("GET", f"{self.api_url}/voucher/list/1").status == 200)
         if self.edge is not None:
             url = f"{self.edge.url}/voucher/list/1"
             self._wait("the local edge", lambda: http.request("GET", url).status == 200)
             # The sale's first states must reach the store: EdgePublisherFunction fed from the start.
-            log = self.log("feed")
-            self._wait("the queue feeder", lambda: FEEDING in log.read_text(encoding="utf-8", errors="replace"))
+            for log in (self.log("feed"), self.log("feed-edge")):
+                self._wait(f"the {log.stem} feeder", lambda log=log: FEEDING in log.read_text(errors="replace"))
 
     def pause_feeder(self, paused: bool) -> None:
-        """Stop (or resume) the persister's event source mapping, as when its function is throttled."""
+        """Stop (or resume) the event source mappings of the persister and the expiry function,
+        as when they are throttled; EdgePublisherFunction's runs on."""
         feeder = self.processes[2]
         os.killpg(feeder.pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
@@ -142,6 +148,7 @@ class LocalStack:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
+PUBLISHER = "EdgePublisherFunction"
 FEEDING = "feeding (Ctrl-C to stop)"  # what `seckill-local feed` says once every queue is fed
 
 

@@ -213,6 +213,8 @@ def cmd_feed(args: argparse.Namespace) -> int:
     queues = runner.queues()
     feeders: list[QueueFeeder] = []
     for fn in runner.template.functions.values():
+        if (args.only and fn.logical_id not in args.only) or fn.logical_id in args.skip:
+            continue
         for source in fn.sqs_events:
             queue_id = source["Queue"]["Fn::GetAtt"][0]
             if queue_id == EDGE_QUEUE and not runner.edge:
@@ -389,6 +391,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("feed", parents=[common], help="feed the template's SQS event sources to their functions")
     p.add_argument("--visibility-timeout", type=int, help="override the template's (seconds), for quick retries")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="FUNCTION", help="feed only this function's sources (repeatable)"
+    )
+    p.add_argument(
+        "--skip", action="append", default=[], metavar="FUNCTION", help="leave its sources unfed (repeatable)"
+    )
     p.set_defaults(run=cmd_feed)
     return top
 
