@@ -71,6 +71,7 @@ def sale(info: StackInfo, sizes: Sizes, mode: str, seed: int, plot: Path) -> dic
     edge = report["edge"]
     return {
         "mode": mode,
+        "seed": seed,
         "ok": report["ok"],
         "presses": report["requests"],
         "first_second": edge["first_second"],
@@ -78,6 +79,8 @@ def sale(info: StackInfo, sizes: Sizes, mode: str, seed: int, plot: Path) -> dic
         "at_function": edge["forwarded"],
         "share_at_edge": edge["share_of_presses"],
         "admitted": report["draw"]["admitted"] if report.get("draw") else None,
+        # What a reader needs to replay a sale that failed a check (--seed is the round's).
+        "failed_checks": [c for c in report["checks"] if not c["ok"]],
     }
 
 
@@ -130,6 +133,12 @@ def print_crowd(crowd: dict[str, Any], console: Console) -> None:
             f"{row['share_at_edge']:.1%}",
         )
     console.print(table)
+    for sales in crowd["rounds"]:
+        for sale in sales.values():
+            for check in sale.get("failed_checks", []):
+                console.print(
+                    f"[red]{sale['mode']} sale, seed {sale['seed']}: {check['name']} failed[/]: {check['detail']}"
+                )
     over = crowd["first_second_race_over_draw"]
     console.print(
         "the function's presses in the first second, race / draw: "
