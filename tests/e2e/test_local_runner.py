@@ -675,6 +675,40 @@ def test_feeders_take_an_order_to_its_expiry_through_the_runners_two_queues(
         redis.delete(*keys.voucher_keys(voucher_id), keys.returned(voucher_id))
 
 
+def test_seckill_local_feed_feeds_only_the_functions_it_is_told(
+    env_vars_file: Path, sqs_endpoint: str, sqs: Any
+) -> None:
+    """``--only`` and ``--skip`` choose whose queues the command feeds (the main job runs
+    EdgePublisherFunction's feeder apart, so that pausing the others leaves it running)."""
+    prefix = f"f{uuid.uuid4().hex[:10]}-"
+    command = [str(SECKILL_LOCAL), "feed", "--env-vars", str(env_vars_file), "--sqs-endpoint", sqs_endpoint]
+    command += ["--queue-prefix", prefix]
+
+    def fed(*options: str) -> list[str]:
+        """The queues it says it feeds ("feeding <queue> -> <function> ..."), once it is feeding."""
+        process = subprocess.Popen(  # noqa: S603 (our own command)
+            [*command, *options], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
+        )
+        queues = []
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.startswith("feeding ("):
+                    return queues
+                if line.startswith("feeding "):
+                    queues.append(line.split()[1])
+            raise AssertionError(f"seckill-local feed {' '.join(options)} exited before feeding: {queues}")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+    try:
+        assert fed("--only", "OrderPersisterFunction") == ["OrderQueue"]
+        assert fed("--skip", "OrderPersisterFunction", "--skip", "OrderExpiryFunction") == ["DrawClockQueue"]
+    finally:
+        delete_queues_with_prefix(sqs, prefix)
+
+
 # --- seckill-local invoke as a command ---------------------------------------------------------
 
 
