@@ -94,8 +94,11 @@ demo: bench-setup services ## a whole flash sale on this machine (Node.js for it
 # Unit tests run with every service out of reach: they must need none.
 CLOSED := REDIS_URL=redis://127.0.0.1:1/0 TEST_REDIS_URL=redis://127.0.0.1:1/0 DB_PORT=1 TEST_DB_PORT=1
 
+# The unit tests on two workers: they share nothing (no service, each its own files).
+UNIT := $(CLOSED) $(BIN)/pytest tests/unit -n 2
+
 test-unit: bench-setup ## the unit tests alone (Node.js for the edge function's), with Redis and MySQL pointed at closed ports
-	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+	$(UNIT) $(ARGS)
 
 lint: setup ## ruff's checks and format, changing nothing
 	$(BIN)/ruff check .
@@ -111,11 +114,11 @@ INTEGRATION := $(BIN)/pytest tests/integration -n 2
 E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadfile
 
 check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
-	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)
 
 test: bench-setup services validate build lint types ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
-	$(CLOSED) $(BIN)/pytest tests/unit $(ARGS)
+	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)
 	$(E2E) $(ARGS)
 
