@@ -118,6 +118,9 @@ class LossyProxy:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
+            # Closing alone leaves accept() blocked until the join gives up; shutdown wakes it.
+            self._listener.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
             self._listener.close()
         self._thread.join(timeout=2)
 
