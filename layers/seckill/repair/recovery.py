@@ -70,8 +70,8 @@ def restore_order_counter(db: Database, scripts: Scripts, now: datetime | None =
     def record(cursor: DictCursor) -> None:
         cursor.execute(
             "INSERT INTO tb_order_counter_floor (day, floor) VALUES (%s, %s)"
-            " ON DUPLICATE KEY UPDATE floor = GREATEST(floor, VALUES(floor))",
-            (day_start.date(), counter),
+            " ON DUPLICATE KEY UPDATE floor = GREATEST(floor, %s)",  # VALUES() is deprecated in MySQL 8
+            (day_start.date(), counter, counter),
         )
 
     db.run(record)
