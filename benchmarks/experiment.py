@@ -22,7 +22,7 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.counters import Counters
 from benchmarks.stats import latency_ms, median_of, ratio
 from benchmarks.testbed import Services, StackInfo, far_id
-from benchmarks.workers import Press, Storm, WorkerPool, WorkerResult
+from benchmarks.workers import Share, Storm, WorkerPool, WorkerResult, storm_shares
 from seckill.infra import keys
 from seckill.messages import queue_depth
 from seckill_local.checkout import ROOT
@@ -131,15 +131,8 @@ class Experiment:
             pool.close()
         self.persister.close()
 
-    def phase(self, pool: WorkerPool, presses: list[Press], workers: int) -> tuple[dict[str, Any], list[WorkerResult]]:
-        pool.prepare([presses[i::workers] for i in range(workers)])
-        before = self.stack.counters.snapshot()
-        results = pool.run()
-        after = self.stack.counters.snapshot()
-        return summarize(results, Counters.usage(before, after, len(presses)), len(presses)), results
-
-    def storm(self, pool: WorkerPool, storm: Storm, workers: int) -> tuple[dict[str, Any], list[WorkerResult]]:
-        pool.prepare_storm(storm, workers)
+    def phase(self, pool: WorkerPool, shares: Sequence[Share]) -> tuple[dict[str, Any], list[WorkerResult]]:
+        pool.prepare(shares)
         before = self.stack.counters.snapshot()
         results = pool.run()
         after = self.stack.counters.snapshot()
@@ -217,13 +210,15 @@ class Experiment:
                     voucher = self.stack.new_voucher(s.stock)
                     base = far_id()
                     self.progress(f"round {r + 1}/{s.rounds}: ({scenario}) {workers} workers, {side}")
-                    summary, results = self.phase(pool, [(voucher, base + u) for u in order], workers)
+                    presses = [(voucher, base + u) for u in order]
+                    summary, results = self.phase(pool, [presses[i::workers] for i in range(workers)])
                     check = self.sold(side, voucher, results)
                     checks.append({"round": r + 1, "scenario": scenario, "workers": workers, "side": side, **check})
                     rounds.setdefault(f"{scenario}|{workers}|{side}", []).append(summary)
                     if scenario == "a":
-                        summary, results = self.storm(pool, Storm(voucher, far_id(), s.storm_seconds), workers)
-                        accepted = sum(sum(x.ok) for x in results)
+                        storm = Storm(voucher, far_id(), s.storm_seconds)
+                        summary, results = self.phase(pool, storm_shares(storm, workers))
+                        accepted = sum(len(x.accepted) for x in results)
                         checks.append(
                             {
                                 "round": r + 1,

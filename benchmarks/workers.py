@@ -23,6 +23,7 @@ import threading
 import time
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -45,6 +46,11 @@ class Storm:
     voucher_id: int
     first_user: int
     seconds: float
+
+
+# What a worker is handed for a phase: its presses, or its place in a storm (the storm,
+# its number, the number of workers).
+Share = list[Press] | tuple[Storm, int, int]
 
 
 def press_event(template: dict[str, Any], voucher_id: int, user_id: int, n: int) -> dict[str, Any]:
@@ -144,14 +150,26 @@ def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: A
             sends.append(timer.total - sent_before)
             responses.append(response)
         ended = time.perf_counter()
-        result = WorkerResult(started, ended, latencies, sends, Counter())
-        for (_, user_id), response in zip(presses, responses, strict=True):
-            name, order_id = outcome(response)
-            result.outcomes[name] += 1
-            result.ok.append(order_id is not None)
-            if order_id is not None:
-                result.accepted.append((user_id, str(order_id)))
-        conn.send(result)
+        conn.send(_result(started, ended, latencies, sends, [u for _, u in presses], responses))
+
+
+def _result(
+    started: float,
+    ended: float,
+    latencies: array[float],
+    sends: array[float],
+    users: Sequence[int],
+    responses: list[dict[str, Any]],
+) -> WorkerResult:
+    """A worker's phase, its answers read once the clock has stopped."""
+    result = WorkerResult(started, ended, latencies, sends, Counter())
+    for user_id, response in zip(users, responses, strict=True):
+        name, order_id = outcome(response)
+        result.outcomes[name] += 1
+        result.ok.append(order_id is not None)
+        if order_id is not None:
+            result.accepted.append((user_id, str(order_id)))
+    return result
 
 
 def _storm(
@@ -163,26 +181,25 @@ def _storm(
     context = LocalContext(fn.logical_id, fn.timeout)
     latencies, sends = array("d"), array("d")
     responses = []
-    user = storm.first_user + k
     started = time.perf_counter()
     deadline = started + storm.seconds
     t1 = started
     while t1 < deadline:
         event = ring[len(latencies) % RING]
-        event["requestContext"]["authorizer"]["lambda"]["userId"] = str(user)
+        event["requestContext"]["authorizer"]["lambda"]["userId"] = str(storm.first_user + k + n * len(latencies))
         sent_before = timer.total
         t0 = time.perf_counter()
         responses.append(handler(event, context))
         t1 = time.perf_counter()
         latencies.append(t1 - t0)
         sends.append(timer.total - sent_before)
-        user += n
-    result = WorkerResult(started, t1, latencies, sends, Counter())
-    for response in responses:
-        name, order_id = outcome(response)
-        result.outcomes[name] += 1
-        result.ok.append(order_id is not None)
-    return result
+    users = range(storm.first_user + k, storm.first_user + k + n * len(latencies), n)
+    return _result(started, t1, latencies, sends, users, responses)
+
+
+def storm_shares(storm: Storm, workers: int) -> list[tuple[Storm, int, int]]:
+    """A storm's shares for ``WorkerPool.prepare``, one per worker."""
+    return [(storm, k, workers) for k in range(workers)]
 
 
 class WorkerPool:
@@ -202,23 +219,15 @@ class WorkerPool:
         for conn in self.conns:
             conn.recv()  # loaded
 
-    def prepare(self, shares: list[list[Press]]) -> None:
-        """Hand each of the first len(shares) workers its presses; they build their events and wait."""
+    def prepare(self, shares: Sequence[Share]) -> None:
+        """Hand each of the first len(shares) workers its share (``storm_shares`` makes a
+        storm's); they build their events and wait."""
         if len(shares) > len(self.conns):
             raise ValueError(f"{len(shares)} shares for {len(self.conns)} workers")
         self.go.clear()
         self._busy = self.conns[: len(shares)]
         for conn, share in zip(self._busy, shares, strict=True):
             conn.send(share)
-        for conn in self._busy:
-            conn.recv()  # ready
-
-    def prepare_storm(self, storm: Storm, workers: int) -> None:
-        """Ready the first ``workers`` workers for a storm (``run`` starts it)."""
-        self.go.clear()
-        self._busy = self.conns[:workers]
-        for k, conn in enumerate(self._busy):
-            conn.send((storm, k, workers))
         for conn in self._busy:
             conn.recv()  # ready
 
