@@ -19,17 +19,9 @@ from seckill_local import edge_function_command
 from seckill_local.checkout import ROOT
 from seckill_local.edge_function_command import SOURCE, with_function_code
 from seckill_local.template import Template
-from tests.unit.test_template import (
-    OBSERVABILITY_STACK,
-    ORIGIN_SECRET,
-    actions,
-    evaluate,
-    observability,
-    statements,
-    transformed,
-)
+from tests.unit.test_template import ORIGIN_SECRET, actions, evaluate, statements, transformed
 
-__all__ = ["observability", "transformed"]  # the fixtures, shared with test_template.py
+__all__ = ["transformed"]  # the fixture, shared with test_template.py
 
 # The in-VPC functions that change a voucher's state, and so queue it for the edge.
 STATE_SENDERS = (
@@ -118,10 +110,6 @@ def test_without_the_edge_nothing_of_it_is_deployed(transformed: dict[str, Any])
     assert with_edge["ReconcilerFunctionEdgeNotice"]["Properties"]["State"] == "ENABLED"
     assert without.pop("ReconcilerFunctionEdgeNotice")["Properties"]["State"] == "DISABLED"
     without.pop("ReconcilerFunctionEdgeNoticePermission")  # the rule's, to invoke the function
-    # The observability stack is told there is no edge and given none of the edge's names.
-    watching = without.pop(OBSERVABILITY_STACK)["Properties"]["Parameters"]
-    assert watching.pop("Edge") == "none"
-    assert all(value == "" for name, value in watching.items() if name.startswith("Edge")), watching
     for name, resource in without.items():
         assert not resource["Type"].startswith(EDGE_RESOURCE_TYPES), name
         assert not name.startswith("Edge"), name
@@ -533,7 +521,7 @@ def test_waf_logs_only_what_it_blocks_or_challenges(waf: dict[str, Any]) -> None
 
 # --- the sale's dashboard --------------------------------------------------------------------
 
-WIDGETS = "EdgeDashboardWidgets"
+WIDGETS = "EdgeStack.Outputs.DashboardWidgets"
 
 
 def sub_text(part: Any) -> str:
@@ -544,40 +532,30 @@ def sub_text(part: Any) -> str:
     return re.sub(r"\$\{([\w:.]+)\}", lambda m: m[0] if m[1] == WIDGETS else m[1].replace(":", "_"), template)
 
 
-def dashboard(
-    transformed: dict[str, Any], edge: Template, observability: dict[str, Any], **parameters: str
-) -> dict[str, Any]:
-    """The dashboard's JSON as CloudFormation would write it, the observability stack's
-    with the edge stack's widgets (both as template.yaml creates them), every other
-    ${...} a placeholder."""
-    given = passed(transformed, OBSERVABILITY_STACK, **parameters)
-    body = stack(observability, **given)["SaleDashboard"]["Properties"]["DashboardBody"]
+def dashboard(transformed: dict[str, Any], edge: Template, **parameters: str) -> dict[str, Any]:
+    """The dashboard's JSON as CloudFormation would write it, with the edge stack's widgets
+    (as template.yaml creates it), every other ${...} a placeholder."""
+    body = stack(transformed, **parameters)["SaleDashboard"]["Properties"]["DashboardBody"]
     separator, parts = body["Fn::Join"]
     text = separator.join(sub_text(p) for p in parts)
     if parameters.get("Edge") != "none":
-        assert given[WIDGETS] == {"Fn::GetAtt": [EDGE_STACK, "Outputs.DashboardWidgets"]}
-        output = evaluate(edge.data["Outputs"]["DashboardWidgets"]["Value"], edge.data, passed(transformed, EDGE_STACK))
+        given = passed(transformed, EDGE_STACK, **parameters)
+        output = evaluate(edge.data["Outputs"]["DashboardWidgets"]["Value"], edge.data, given)
         text = text.replace(f"${{{WIDGETS}}}", sub_text(output))
     found: dict[str, Any] = json.loads(text)
     return found
 
 
-def test_the_dashboard_shows_the_noon(
-    transformed: dict[str, Any], edge: Template, observability: dict[str, Any]
-) -> None:
-    with_edge = dashboard(transformed, edge, observability)
-    without = dashboard(transformed, edge, observability, Edge="none")
+def test_the_dashboard_shows_the_noon(transformed: dict[str, Any], edge: Template) -> None:
+    with_edge, without = dashboard(transformed, edge), dashboard(transformed, edge, Edge="none")
     shown = json.dumps(with_edge)
     # Every refusal the gate can answer, as the API counts it (seckill.press.tally: "Refused" + code).
     for refusal in REFUSALS.values():
         assert f'"Refused{refusal.code}"' in shown, refusal.code
     for metric in ("OrdersAccepted", "TryAgain", "FunctionInvocations", "BlockedRequests", "Throttles"):
         assert metric in shown, metric
-    # The queues it shows are template.yaml's, by the names it passes.
-    given = transformed["Resources"][OBSERVABILITY_STACK]["Properties"]["Parameters"]
     for queue in ("OrderQueue", "OrderExpiryQueue", "OrderDeadLetterQueue", "OrderPoisonQueue", "EdgeStateQueue"):
-        assert f'"{queue}Name"' in shown, queue
-        assert {"Fn::GetAtt": [queue, "QueueName"]} in (given[f"{queue}Name"], *given[f"{queue}Name"].get("Fn::If", []))
+        assert f"{queue}.QueueName" in shown, queue
     # CloudFront's and WAF's metrics are in us-east-1 whatever the stack's region.
     edge_widgets = [w for w in with_edge["widgets"] if "AWS/CloudFront" in json.dumps(w) or "WAFV2" in json.dumps(w)]
     assert len(edge_widgets) == 2
