@@ -72,15 +72,15 @@ lock: $(UV) ## compile every lock again from its .in (X.in -> X.txt, hashed); AR
 	$(foreach lock,$(LAMBDA_LOCKS),$(COMPILE) $(LAMBDA) $(lock:.txt=.in) -o $(lock) &&) true
 
 # The templates: template.yaml and the stacks it nests (network/template.yaml, and the
-# edge, edge/template.yaml, which nests edge/waf.yaml), each translated, linted and
-# scanned on its own: sam validate and cfn-lint read one template, not the ones it names.
-# checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
+# edge, edge/template.yaml, which nests edge/waf.yaml). sam validate translates one
+# template at a time; cfn-lint (the linter `sam validate --lint` runs, with the same
+# region) and checkov each read them all in one process. checkov fails on any finding
+# neither fixed nor skipped with a reason beside its resource.
 TEMPLATES := template.yaml network/template.yaml edge/template.yaml edge/waf.yaml
-validate: sam-setup $(SCAN_VENV)/.installed ## the templates (template.yaml and its nested stacks): SAM's transform, sam validate --lint, cfn-lint and checkov
+validate: sam-setup $(SCAN_VENV)/.installed ## the templates (template.yaml and its nested stacks): SAM's transform (sam validate), cfn-lint and checkov
 	$(foreach t,$(TEMPLATES),$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate --template $(t) &&) true
-	$(foreach t,$(TEMPLATES),$(SAM_BIN)/sam validate --region $(SAM_REGION) --lint --template $(t) &&) true
-	$(SAM_BIN)/cfn-lint $(TEMPLATES)
-	$(foreach t,$(TEMPLATES),$(SCAN_BIN)/checkov --file $(t) --framework cloudformation --skip-download --compact --quiet &&) true
+	$(SAM_BIN)/cfn-lint --regions $(SAM_REGION) -- $(TEMPLATES)
+	$(SCAN_BIN)/checkov --file $(TEMPLATES) --framework cloudformation --skip-download --compact --quiet
 
 build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/build
 	$(SAM_BIN)/sam build --region $(SAM_REGION)
@@ -110,8 +110,9 @@ types: setup ## mypy --strict over the layer, the operator commands and the hand
 # The integration tests on two workers (pytest-xdist), each with its own database, Redis and moto server.
 INTEGRATION := $(BIN)/pytest tests/integration -n 2
 
-# The end-to-end tests on two workers, a file's tests on one (they share its servers and sales).
-E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadfile
+# The end-to-end tests on two workers: a whole run (a sale, the benchmarks) to whichever is
+# free, the tests of any other file together on one (tests/e2e/conftest.py).
+E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadgroup
 
 check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
 	$(UNIT) $(ARGS)

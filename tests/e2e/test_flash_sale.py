@@ -232,9 +232,8 @@ def test_no_shows_units_come_back_and_are_resold(tmp_path: Path, sale_db: str, s
     }
 
 
-@pytest.mark.parametrize("run", [1, 2])
-def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int, run: int) -> None:
-    """Chaos with no-shows and cancels, over two seeds: on top of the sale's faults,
+def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, seed: int) -> None:
+    """Chaos with no-shows and cancels: on top of the sale's faults,
     expiry messages early, late and duplicated, payments and cancels racing their
     deadline, Redis answers lost while units are given back, the expiry consumer down
     past a wave's deadlines while Redis loses its data; every invariant holds."""
@@ -244,7 +243,7 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
         "--no-show", "0.3", "--cancel", "0.2", "--hold", "10", "--plot", str(tmp_path / "stock.png"),
         "--first-user", str(secrets.randbelow(10**9) + 1), "--db-name", sale_db, "--json", str(report_file),
         "--edge-plot", str(tmp_path / "edge.png"),
-        "--seed", str(seed + run), timeout=300,
+        "--seed", str(seed), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(report_file.read_text())
