@@ -71,12 +71,12 @@ lock: $(UV) ## compile every lock again from its .in (X.in -> X.txt, hashed); AR
 	$(COMPILE) $(LAMBDA) layers/requirements.in -o layers/requirements.txt $(addprefix --no-emit-package ,$(RUNTIME_SDK))
 	$(foreach lock,$(LAMBDA_LOCKS),$(COMPILE) $(LAMBDA) $(lock:.txt=.in) -o $(lock) &&) true
 
-# The templates: template.yaml and the stacks it nests (network/template.yaml, and the
-# edge, edge/template.yaml, which nests edge/waf.yaml). sam validate translates one
-# template at a time; cfn-lint (the linter `sam validate --lint` runs, with the same
-# region) and checkov each read them all in one process. checkov fails on any finding
-# neither fixed nor skipped with a reason beside its resource.
-TEMPLATES := template.yaml network/template.yaml edge/template.yaml edge/waf.yaml
+# The templates: template.yaml and the stacks it nests (network/template.yaml,
+# data/template.yaml, and the edge, edge/template.yaml, which nests edge/waf.yaml).
+# sam validate translates one template at a time; cfn-lint (the linter `sam validate
+# --lint` runs, with the same region) and checkov each read them all in one process.
+# checkov fails on any finding neither fixed nor skipped with a reason beside its resource.
+TEMPLATES := template.yaml network/template.yaml data/template.yaml edge/template.yaml edge/waf.yaml
 validate: sam-setup $(SCAN_VENV)/.installed ## the templates (template.yaml and its nested stacks): SAM's transform (sam validate), cfn-lint and checkov
 	$(foreach t,$(TEMPLATES),$(SAM_BIN)/sam validate --region $(SAM_REGION) --config-env translate --template $(t) &&) true
 	$(SAM_BIN)/cfn-lint --regions $(SAM_REGION) -- $(TEMPLATES)

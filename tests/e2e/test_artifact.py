@@ -55,7 +55,7 @@ INVOKED = {
 
 
 # What the artifact is built from: a change to any of them makes it stale.
-SOURCES = ("template.yaml", "network", "edge", "functions", "layers", "lua")
+SOURCES = ("template.yaml", "network", "data", "edge", "functions", "layers", "lua")
 
 
 def newest_source() -> float:
@@ -127,11 +127,12 @@ def test_every_function_is_built_with_its_source_and_the_layer(built: Template, 
 
 
 def test_the_nested_stacks_are_built_beside_the_template(built: Template, template: Template) -> None:
-    """sam build copies each local nested template (the network, the edge and its web ACL)
-    into the artifact, where sam package finds it; the press function's code comes along intact."""
-    assert set(built.nested) == set(template.nested) == {"NetworkStack", "EdgeStack"}
-    network = built.nested["NetworkStack"].data["Resources"]
-    assert network == template.nested["NetworkStack"].data["Resources"]
+    """sam build copies each local nested template (the network, the data stores, the edge
+    and its web ACL) into the artifact, where sam package finds it; the press function's
+    code comes along intact."""
+    assert set(built.nested) == set(template.nested) == {"NetworkStack", "DataStack", "EdgeStack"}
+    for plain in ("NetworkStack", "DataStack"):
+        assert built.nested[plain].data["Resources"] == template.nested[plain].data["Resources"], plain
     edge, source = built.nested["EdgeStack"], template.nested["EdgeStack"]
     assert set(edge.nested) == set(source.nested) == {"EdgeWebAcl"}
     assert edge.data["Resources"].keys() == source.data["Resources"].keys()

@@ -61,9 +61,17 @@ OPTIONAL: dict[str, str] = {
 }
 
 
-# The secret RDS manages (and rotates) for the master user, and Redis's AUTH token.
-DB_SECRET = {"Fn::GetAtt": ["Database", "MasterUserSecret.SecretArn"]}
-REDIS_SECRET = {"Ref": "RedisAuthSecret"}
+DATA_STACK = "DataStack"  # template.yaml's nested data/template.yaml: Redis, MySQL, RDS Proxy
+
+
+def data_output(name: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [DATA_STACK, f"Outputs.{name}"]}
+
+
+# The secret RDS manages (and rotates) for the master user, and Redis's AUTH token: the data
+# stack gives both.
+DB_SECRET = data_output("DbSecretArn")
+REDIS_SECRET = data_output("RedisAuthSecretArn")
 PASS_SECRET = {"Ref": "PassKeysSecret"}
 ORIGIN_SECRET = {"Ref": "OriginSecret"}
 
@@ -150,9 +158,9 @@ def test_variables_point_at_the_stacks_resources(template: Template, data: dict[
     env = template.functions["SeckillApiFunction"].environment
     redis_url = env["REDIS_URL"]["Fn::Sub"]
     assert redis_url.startswith("rediss://"), "ElastiCache has TLS in transit"
-    assert "${Cache.PrimaryEndPoint.Address}" in redis_url
+    assert "${DataStack.Outputs.RedisEndpoint}" in redis_url
     assert env["REDIS_CLUSTER"] == "false"
-    assert env["DB_HOST"] == {"Fn::GetAtt": ["DbProxy", "Endpoint"]}
+    assert env["DB_HOST"] == data_output("DbProxyEndpoint")
     assert env["DB_SECRET_ARN"] == DB_SECRET
     assert env["REDIS_AUTH_SECRET_ARN"] == REDIS_SECRET
     assert env["ORDER_QUEUE_URL"] == {"Ref": "OrderQueue"}
@@ -399,10 +407,17 @@ def unconditional(policy: Any) -> Any:
     return policy
 
 
-def test_no_policy_grants_wildcard_actions(data: dict[str, Any]) -> None:
+def every_template(template: Template) -> Iterator[dict[str, Any]]:
+    """template.yaml's data, then each nested stack's, depth first."""
+    yield template.data
+    for nested in template.nested.values():
+        yield from every_template(nested)
+
+
+def test_no_policy_grants_wildcard_actions(template: Template) -> None:
     policy_templates = sam_policy_templates()
     checked: list[str] = []
-    for logical_id, resource in data["Resources"].items():
+    for logical_id, resource in ((k, r) for data in every_template(template) for k, r in data["Resources"].items()):
         properties = resource.get("Properties", {})
         documents: list[dict[str, Any]] = []
         if resource["Type"] == "AWS::Serverless::Function":
@@ -476,7 +491,7 @@ def roles(transformed: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_no_iam_statement_allows_every_resource(roles: dict[str, dict[str, Any]]) -> None:
-    assert {"OrderPersisterFunctionRole", "ReconcilerFunctionRole", "DbProxyRole"} <= set(roles)
+    assert {"OrderPersisterFunctionRole", "ReconcilerFunctionRole"} <= set(roles)
     for name, role in roles.items():
         assert set(role.get("ManagedPolicyArns", [])) <= JUSTIFIED_MANAGED_POLICIES, name
         for policy in role.get("Policies", []):
@@ -504,7 +519,7 @@ def test_reconciler_may_peek_at_the_dead_letter_queue_but_not_delete(
             assert "OrderDeadLetterQueue" not in json.dumps(role.get("Policies", [])), name
 
 
-# --- network (network/template.yaml, nested) and data stores ------------------------------------
+# --- network (network/template.yaml) and data stores (data/template.yaml), nested --------------
 
 NETWORK_STACK = "NetworkStack"
 
@@ -520,6 +535,13 @@ def network(template: Template) -> dict[str, Any]:
     return template.nested[NETWORK_STACK].data
 
 
+@pytest.fixture(scope="module")
+def stores(template: Template) -> dict[str, Any]:
+    """The data stack's template, as template.yaml names it and the runner loads it."""
+    assert template.resource(DATA_STACK)["Properties"]["Location"] == "data/template.yaml"
+    return template.nested[DATA_STACK].data
+
+
 def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
     rules = list(props(data, group).get("SecurityGroupIngress", []))
     for rule in resources(data, "AWS::EC2::SecurityGroupIngress").values():
@@ -529,7 +551,7 @@ def ingress(data: dict[str, Any], group: str) -> list[dict[str, Any]]:
 
 
 def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(
-    data: dict[str, Any], network: dict[str, Any]
+    data: dict[str, Any], network: dict[str, Any], stores: dict[str, Any]
 ) -> None:
     def only(group: str, port: int, source_group: str) -> None:
         rules = ingress(network, group)
@@ -544,11 +566,16 @@ def test_security_groups_allow_only_functions_to_redis_and_proxy_to_mysql(
     only("ProxySecurityGroup", 3306, "FunctionSecurityGroup")
     only("DatabaseSecurityGroup", 3306, "ProxySecurityGroup")
     assert ingress(network, "FunctionSecurityGroup") == []
-    # template.yaml puts each in its group, and only there.
-    assert props(data, "Cache")["SecurityGroupIds"] == [network_output("CacheSecurityGroupId")]
-    assert props(data, "DbProxy")["VpcSecurityGroupIds"] == [network_output("ProxySecurityGroupId")]
-    assert props(data, "Database")["VPCSecurityGroups"] == [network_output("DatabaseSecurityGroupId")]
-    assert not [name for name, r in data["Resources"].items() if r["Type"].startswith("AWS::EC2::")]
+    # The data stack puts each store in the group template.yaml gives it, and only there.
+    given = props(data, DATA_STACK)["Parameters"]
+    for group in ("CacheSecurityGroupId", "ProxySecurityGroupId", "DatabaseSecurityGroupId"):
+        assert given[group] == network_output(group), group
+    assert given["SubnetIds"] == network_output("SubnetIds")
+    assert props(stores, "Cache")["SecurityGroupIds"] == [{"Ref": "CacheSecurityGroupId"}]
+    assert props(stores, "DbProxy")["VpcSecurityGroupIds"] == [{"Ref": "ProxySecurityGroupId"}]
+    assert props(stores, "Database")["VPCSecurityGroups"] == [{"Ref": "DatabaseSecurityGroupId"}]
+    for store in (data, stores):
+        assert not [name for name, r in store["Resources"].items() if r["Type"].startswith("AWS::EC2::")]
 
 
 def test_the_network_stack_gets_the_operators_network(transformed: dict[str, Any]) -> None:
@@ -578,7 +605,23 @@ def test_vpc_endpoints_and_no_internet_route(network: dict[str, Any]) -> None:
     assert len(azs) == 2
 
 
-def test_redis_and_mysql_are_encrypted_and_private(data: dict[str, Any]) -> None:
+def test_the_data_stack_gets_the_operators_data_parameters(data: dict[str, Any], stores: dict[str, Any]) -> None:
+    """What the operator sets on template.yaml reaches the data stack under the same name,
+    which accepts the same values with the same default."""
+    given = props(data, DATA_STACK)["Parameters"]
+    passed = [name for name in stores["Parameters"] if name in data["Parameters"]]
+    assert {"CacheNodeType", "CacheNodes", "DbEngineVersion", "DbInstanceClass", "DbMultiAz"} <= set(passed)
+    for name in passed:
+        assert given[name] == {"Ref": name}, name
+        ours, theirs = data["Parameters"][name], stores["Parameters"][name]
+        assert {k: v for k, v in ours.items() if k != "Description"} == {
+            k: v for k, v in theirs.items() if k != "Description"
+        }, name
+    assert given["ServiceName"] == {"Ref": "AWS::StackName"}
+
+
+def test_redis_and_mysql_are_encrypted_and_private(stores: dict[str, Any]) -> None:
+    data = stores
     cache = props(data, "Cache")
     assert cache["TransitEncryptionEnabled"] is True
     assert cache["AtRestEncryptionEnabled"] is True
@@ -591,7 +634,8 @@ def test_redis_and_mysql_are_encrypted_and_private(data: dict[str, Any]) -> None
     assert proxy["RequireTLS"] is True
 
 
-def test_redis_requires_the_auth_token_from_its_secret(data: dict[str, Any]) -> None:
+def test_redis_requires_the_auth_token_from_its_secret(stores: dict[str, Any]) -> None:
+    data = stores
     cache = props(data, "Cache")
     assert cache["AuthToken"] == {"Fn::Sub": "{{resolve:secretsmanager:${RedisAuthSecret}:SecretString}}"}
     assert cache["TransitEncryptionEnabled"] is True  # ElastiCache takes a token only with TLS
@@ -603,24 +647,25 @@ def test_redis_requires_the_auth_token_from_its_secret(data: dict[str, Any]) -> 
     assert not generated.get("IncludeSpace", False)
 
 
-def test_mysql_credentials_are_the_secret_rds_manages_and_rotates(data: dict[str, Any]) -> None:
-    db = props(data, "Database")
+def test_mysql_credentials_are_the_secret_rds_manages_and_rotates(data: dict[str, Any], stores: dict[str, Any]) -> None:
+    db = props(stores, "Database")
     assert db["ManageMasterUserPassword"] is True
     assert "MasterUserPassword" not in db
     # The default key (aws/secretsmanager) needs no kms:Decrypt grant; a key of our own would.
     assert "MasterUserSecret" not in db
-    (auth,) = props(data, "DbProxy")["Auth"]
-    assert auth == {"AuthScheme": "SECRETS", "SecretArn": DB_SECRET, "IAMAuth": "DISABLED"}
-    (policy,) = props(data, "DbProxyRole")["Policies"]
+    managed = {"Fn::GetAtt": ["Database", "MasterUserSecret.SecretArn"]}
+    (auth,) = props(stores, "DbProxy")["Auth"]
+    assert auth == {"AuthScheme": "SECRETS", "SecretArn": managed, "IAMAuth": "DISABLED"}
+    (policy,) = props(stores, "DbProxyRole")["Policies"]
     assert policy["PolicyDocument"]["Statement"] == [
-        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": DB_SECRET}
+        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": managed}
     ]
     # No secret of our own for MySQL (one nobody rotates) is left over.
-    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == [
-        "OriginSecret",
-        "PassKeysSecret",
-        "RedisAuthSecret",
-    ]
+    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == ["OriginSecret", "PassKeysSecret"]
+    assert sorted(resources(stores, "AWS::SecretsManager::Secret")) == ["RedisAuthSecret"]
+    # What the functions read is that secret, and Redis's the one its token comes from.
+    assert stores["Outputs"]["DbSecretArn"]["Value"] == managed
+    assert stores["Outputs"]["RedisAuthSecretArn"]["Value"] == {"Ref": "RedisAuthSecret"}
     assert data["Outputs"]["DbSecretArn"]["Value"] == DB_SECRET
 
 
@@ -645,7 +690,8 @@ def test_schema_is_applied_by_the_migrator_custom_resource(template: Template, d
     assert properties["ServiceToken"] == {"Fn::GetAtt": ["MigratorFunction", "Arn"]}
     # CloudFormation gives up after ServiceTimeout even if no reply ever comes.
     assert template.functions["MigratorFunction"].timeout < int(properties["ServiceTimeout"]) <= 3600
-    assert resource["DependsOn"] == "DbProxyTargetGroup"
+    # After the data stack, whose outputs exist once the proxy has its target.
+    assert resource["DependsOn"] == DATA_STACK
     assert properties["Layer"] == {"Ref": "SeckillLayer"}  # a new schema.sql re-runs it
     # Its reply goes to S3 and its secret comes through Secrets Manager: it waits for the
     # network stack, whose outputs exist once its endpoints do.
@@ -688,9 +734,9 @@ def test_admin_routes_are_iam_authorized(template: Template) -> None:
     assert stop.match("POST", "/voucher/seckill/42/stop") == {"voucherId": "42"}
 
 
-def test_every_checkov_skip_is_justified(data: dict[str, Any]) -> None:
+def test_every_checkov_skip_is_justified(template: Template) -> None:
     skipped = 0
-    for logical_id, resource in data["Resources"].items():
+    for logical_id, resource in ((k, r) for data in every_template(template) for k, r in data["Resources"].items()):
         for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
             assert re.fullmatch(r"CKV2?_AWS_\d+", skip["id"]), logical_id
             assert len(skip.get("comment", "")) > 20, f"{logical_id}: say why {skip['id']} does not apply"
