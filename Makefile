@@ -114,11 +114,17 @@ INTEGRATION := $(BIN)/pytest tests/integration -n 2
 # free, the tests of any other file together on one (tests/e2e/conftest.py).
 E2E := $(BIN)/pytest tests/e2e -n 2 --dist loadgroup
 
-check: bench-setup lint types services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
+# The checks that read the code (templates, build, lint, types), two at a time, each
+# one's output printed whole when it ends.
+STATIC := $(MAKE) --no-print-directory -j2 --output-sync=target
+
+check: bench-setup services ## the everyday loop: lint, types, unit and integration tests (no SAM; Node.js and the benchmarks package installed, as the tests need them)
+	$(STATIC) lint types
 	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)
 
-test: bench-setup services validate build lint types ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
+test: bench-setup services ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
+	$(STATIC) validate build lint types
 	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)
 	$(E2E) $(ARGS)
