@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -84,14 +86,13 @@ class Scenario:
         self.plain_voucher = 0
         self.stock = 0
         self.order = ""
-        self._events = 0
+        self._events = itertools.count(1)
 
     # --- plumbing ------------------------------------------------------------------------
 
     def invoke(self, function: str, name: str, event: dict[str, Any]) -> tuple[Any, float]:
         """``sam local invoke`` with the run's copy of events/<name>."""
-        self._events += 1
-        path = self.work / f"{self._events:02d}-{name}"
+        path = self.work / f"{next(self._events):02d}-{name}"
         path.write_text(json.dumps(event, indent=2, ensure_ascii=False), encoding="utf-8")
         started = time.monotonic()
         answer = self.sam.invoke(function, path)
@@ -113,12 +114,18 @@ class Scenario:
 
     # --- sam local invoke ----------------------------------------------------------------
 
+    @staticmethod
+    def together(*steps: Callable[[], None]) -> None:
+        """Steps that need none of one another's effects, at once: an invoke is mostly a
+        container's start. The first failure is raised once all have ended."""
+        with ThreadPoolExecutor(len(steps)) as pool:
+            for future in [pool.submit(step) for step in steps]:
+                future.result()
+
     def invokes_before_the_api(self) -> None:
         self.migrator_create()
-        self.add_seckill_voucher()
-        self.add_voucher()
-        self.list_vouchers()
-        self.mint_tokens()
+        self.together(self.add_seckill_voucher, self.add_voucher)
+        self.together(self.list_vouchers, self.mint_tokens)
         self.authorize()
         self.press()
         self.status("PENDING", "seckill_api_order_status.json")
@@ -226,19 +233,21 @@ class Scenario:
 
     def authorize(self) -> None:
         user = self.users[0]
-        for token, wanted in (
-            (self.tokens[user], {"isAuthorized": True, "context": {"userId": str(user)}}),
-            (secrets.token_hex(16), {"isAuthorized": False}),
-        ):
-            event = on_route(
-                event_file("authorizer.json"), f"/voucher-order/seckill/{self.voucher}", voucherId=str(self.voucher)
-            )
-            event["headers"]["authorization"] = f"Bearer {token}"
-            event["identitySource"] = [f"Bearer {token}"]
-            answer, took = self.invoke("AuthorizerFunction", "authorizer.json", event)
-            expect(answer == wanted, f"AuthorizerFunction answered {answer}, not {wanted}")
-            what = f"user {user}'s token: allowed as {user}" if wanted["isAuthorized"] else "an unknown token: denied"
-            self.progress.passed(f"AuthorizerFunction  authorizer.json with {what}", took)
+        allowed = {"isAuthorized": True, "context": {"userId": str(user)}}
+        self.together(
+            lambda: self.authorizer(self.tokens[user], allowed, f"user {user}'s token: allowed as {user}"),
+            lambda: self.authorizer(secrets.token_hex(16), {"isAuthorized": False}, "an unknown token: denied"),
+        )
+
+    def authorizer(self, token: str, wanted: dict[str, Any], what: str) -> None:
+        event = on_route(
+            event_file("authorizer.json"), f"/voucher-order/seckill/{self.voucher}", voucherId=str(self.voucher)
+        )
+        event["headers"]["authorization"] = f"Bearer {token}"
+        event["identitySource"] = [f"Bearer {token}"]
+        answer, took = self.invoke("AuthorizerFunction", "authorizer.json", event)
+        expect(answer == wanted, f"AuthorizerFunction answered {answer}, not {wanted}")
+        self.progress.passed(f"AuthorizerFunction  authorizer.json with {what}", took)
 
     def press(self) -> None:
         user = self.users[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -14,11 +15,10 @@ class Commands:
     def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
         self.log_dir = log_dir
         self.env = env
-        self._count = 0
+        self._numbers = itertools.count(1)
 
     def log_path(self, name: str) -> Path:
-        self._count += 1
-        return self.log_dir / f"{self._count:02d}-{name}.log"
+        return self.log_dir / f"{next(self._numbers):02d}-{name}.log"
 
     def run(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ class Progress:
         self.number = 0
         self.started = time.monotonic()
         self.checks = 0
+        self._lock = threading.Lock()  # checks pass on several threads at once
 
     @staticmethod
     def say(text: str) -> None:
@@ -50,8 +52,9 @@ class Progress:
 
     def passed(self, what: str, elapsed: float) -> None:
         """One checked answer and its effects."""
-        self.checks += 1
-        self.say(f"      ok  {what}  ({seconds(elapsed)})")
+        with self._lock:
+            self.checks += 1
+            self.say(f"      ok  {what}  ({seconds(elapsed)})")
 
     def elapsed(self) -> str:
         return seconds(time.monotonic() - self.started)
