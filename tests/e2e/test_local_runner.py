@@ -509,6 +509,41 @@ def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runne
     assert str(os.getpid()) not in {pid for _, _, pid, _ in starts}
 
 
+LATE = "SECKILL_TEST_SET_LATE"
+
+
+def record_container_environment(function: str, container: int) -> None:
+    """A worker hook: what the container's environment says of the runner's and the function's."""
+    with open(os.environ[HOOK_LOG], "a", encoding="utf-8") as log:
+        log.write(json.dumps({name: os.environ.get(name) for name in (LATE, "AWS_LAMBDA_FUNCTION_NAME")}) + "\n")
+
+
+def test_a_container_starts_with_the_runners_environment_of_its_pools_start(
+    runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Containers fork from a server that started with the first pool; a pool started
+    later still gives its containers the runner's environment as it is then."""
+    fn = runner.function("AuthorizerFunction")
+    first = FunctionPool(fn, runner.environment(fn), 1)
+    first.warm()  # the fork server runs from here on, without LATE
+    first.close()
+    monkeypatch.setenv(LATE, "set after the server started")
+    log = tmp_path / "environment.log"
+    env = runner.environment(fn) | {
+        WORKER_HOOK: "tests.e2e.test_local_runner:record_container_environment",
+        HOOK_LOG: str(log),
+    }
+    pool = FunctionPool(fn, env, 1)
+    try:
+        pool.warm()
+    finally:
+        pool.close()
+    assert json.loads(log.read_text()) == {
+        LATE: "set after the server started",
+        "AWS_LAMBDA_FUNCTION_NAME": fn.logical_id,
+    }
+
+
 @pytest.mark.parametrize("spec", ["tests.e2e.test_local_runner:no_such_function", "no_such_module:hook", "no colon"])
 def test_a_worker_hook_that_names_nothing_is_refused_before_any_container_starts(runner: Runner, spec: str) -> None:
     fn = runner.function("AuthorizerFunction")
