@@ -487,19 +487,23 @@ def record_container_start(function: str, container: int) -> None:
         log.write(f"{function} {container} {os.getpid()} {handler_imported}\n")
 
 
-def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runner, tmp_path: Path) -> None:
-    log = tmp_path / "starts.log"
+@contextlib.contextmanager
+def hooked_authorizer(runner: Runner, hook: str, log: Path, containers: int) -> Iterator[FunctionPool]:
+    """AuthorizerFunction's pool, warm, each container calling ``hook`` (of this module) as it starts."""
     fn = runner.function("AuthorizerFunction")
-    env = runner.environment(fn) | {
-        WORKER_HOOK: "tests.e2e.test_local_runner:record_container_start",
-        HOOK_LOG: str(log),
-    }
-    pool = FunctionPool(fn, env, 2)
+    env = runner.environment(fn) | {WORKER_HOOK: f"tests.e2e.test_local_runner:{hook}", HOOK_LOG: str(log)}
+    pool = FunctionPool(fn, env, containers)
     try:
         pool.warm()
-        assert pool.invoke(json.loads((EVENTS / "authorizer.json").read_text())) == {"isAuthorized": False}
+        yield pool
     finally:
         pool.close()
+
+
+def test_the_worker_hook_runs_in_each_container_before_the_handler(runner: Runner, tmp_path: Path) -> None:
+    log = tmp_path / "starts.log"
+    with hooked_authorizer(runner, "record_container_start", log, 2) as pool:
+        assert pool.invoke(json.loads((EVENTS / "authorizer.json").read_text())) == {"isAuthorized": False}
     starts = sorted(line.split() for line in log.read_text().splitlines())
     assert [(name, number, imported) for name, number, _, imported in starts] == [
         ("AuthorizerFunction", "0", "False"),
@@ -529,15 +533,8 @@ def test_a_container_starts_with_the_runners_environment_of_its_pools_start(
     first.close()
     monkeypatch.setenv(LATE, "set after the server started")
     log = tmp_path / "environment.log"
-    env = runner.environment(fn) | {
-        WORKER_HOOK: "tests.e2e.test_local_runner:record_container_environment",
-        HOOK_LOG: str(log),
-    }
-    pool = FunctionPool(fn, env, 1)
-    try:
-        pool.warm()
-    finally:
-        pool.close()
+    with hooked_authorizer(runner, "record_container_environment", log, 1):
+        pass  # warm: its container has started and written what it saw
     assert json.loads(log.read_text()) == {
         LATE: "set after the server started",
         "AWS_LAMBDA_FUNCTION_NAME": fn.logical_id,
