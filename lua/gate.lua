@@ -18,10 +18,12 @@
 --     caller fails that order, then releases it (docs/reservations.md); the reply is then
 --     {7, acceptedMs, orderId, requestToken} of that reservation.
 --   On a draw voucher (the window's "draw" field) also 8 NO_PASS and 9 NOT_ADMITTED
---   (docs/draw.md).
+--   (docs/draw.md), and 10 NOT_ADMITTED because the draw has closed (the window's "close",
+--   epoch ms) and no move is recorded yet: the reply is then {10, nowMs, close, 0}, so
+--   the caller can wake the draw clock.
 -- Only OK with orderId = ARGV[3] uses the id brought; every other answer leaves it unused.
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
-local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional', 'draw')
+local window = redis.call('HMGET', KEYS[3], 'begin', 'end', 'provisional', 'draw', 'close')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
 -- A missing, half-written or uncommitted voucher is "not found", never a script error.
 if not stock or not begin_ms or not end_ms or window[3] then
@@ -41,8 +43,14 @@ if window[4] then
   end
   if now_ms <= end_ms then
     local move = redis.call('ZREVRANGEBYSCORE', KEYS[5], now_ms, '-inf', 'LIMIT', 0, 1)[1]
-    if move and not ticket_below(ticket, move) then
-      return {9, now_ms, '', 0}
+    if move then
+      if not ticket_below(ticket, move) then
+        return {9, now_ms, '', 0}
+      end
+    elseif window[5] and now_ms >= tonumber(window[5]) then
+      -- Closed, and the first move not recorded yet (its tick late, lost or failed, or
+      -- Redis rebuilt before it): a missing cursor never admits anyone.
+      return {10, now_ms, window[5], 0}
     end
   end
 end

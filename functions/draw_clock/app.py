@@ -4,7 +4,7 @@ Each record names a draw and the ``at`` of a move; ``seckill.draw.moves.tick``
 decides it if it is due and the draw's next, records it in MySQL, sends the
 clock's next message and publishes every recorded move to Redis. A move then
 goes to the edge (``StateQueue.notice``). A malformed record or a failed tick is a
-batch item failure: SQS retries it, and after maxReceiveCount moves it to
+batch item failure: it comes back within seconds (``ClockQueue.retry_soon``), and after maxReceiveCount SQS moves it to
 DrawClockDeadLetterQueue (the reconciler restarts a clock whose message is overdue).
 """
 
@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill.draw.moves import ClockMessage, ClockQueue, Tick, tick
+from seckill.draw.moves import CLOSE_BOUND_MS, ClockMessage, ClockQueue, Tick, tick
 from seckill.edge.state import StateQueue
 from seckill.infra import tracing, warmup
 from seckill.infra.clients import redis_client, sqs_client
@@ -50,13 +50,32 @@ COUNTED = {Tick.MOVED: "DrawMoves", Tick.MISSED: "DrawWavesMissed"}
 
 @tracer.capture_method
 def handle(record: SQSRecord) -> None:
-    """One clock message; raises to make the record a batch item failure."""
-    message = ClockMessage.from_json(record.body)
+    """One clock message; raises to make the record a batch item failure, which comes
+    back within seconds, not after the queue's visibility timeout."""
+    try:
+        decide(ClockMessage.from_json(record.body))
+    except Exception:
+        try:
+            clock.retry_soon(record.receipt_handle, int(record.attributes.approximate_receive_count))
+        except Exception:
+            logger.warning("a failed clock message waits out its visibility timeout", exc_info=True)
+        raise
+
+
+def decide(message: ClockMessage) -> None:
     decided = tick(db, redis, clock, message)
-    if decided.tick is Tick.MOVED:
+    if decided.tick is not Tick.EARLY:
+        # A stale message republishes the moves (say, after a failed publish): the edge
+        # hears of them too; a notice of an unchanged state sends nothing.
         edge.notice(scripts, message.voucher_id)
     if decided.tick in COUNTED:
         metrics.add_metric(name=COUNTED[decided.tick], unit=MetricUnit.Count, value=1)
+    if decided.close_lag_ms is not None:
+        metrics.add_metric(name="DrawCloseMoveLagMs", unit=MetricUnit.Milliseconds, value=decided.close_lag_ms)
+        if decided.close_lag_ms > CLOSE_BOUND_MS:
+            # The alarm DrawCloseMoveLateAlarm: admission waited on it.
+            logger.error("draw %s: the close's move recorded late", message.voucher_id)
+            metrics.add_metric(name="DrawCloseMoveLate", unit=MetricUnit.Count, value=1)
     logger.info(
         "draw clock",
         extra={
@@ -65,6 +84,7 @@ def handle(record: SQSRecord) -> None:
             "tick": decided.tick.value,
             "admitted": decided.admitted,
             "cursor": decided.cursor,
+            "closeLagMs": decided.close_lag_ms,
         },
     )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -33,7 +32,6 @@ from seckill.infra.errors import BadRequest, Forbidden, Refusal, SeckillError, T
 from seckill.infra.lazy import OnFirstUse
 from seckill.infra.logcontext import LogContext
 from seckill.infra.lua_scripts import Scripts
-from seckill.infra.timeutil import to_ms
 from seckill.infra.unreachable import unreachable
 from seckill.messages import OrderQueue
 from seckill.press import orders
@@ -94,6 +92,7 @@ def place(event: dict[str, Any]) -> int | Refusal:
         status_ttl=settings.status_ttl_seconds,
         ticket=ticket,
         edge=edge,
+        clock=clock,
     )
 
 
@@ -362,22 +361,17 @@ def get_draw(voucherId: openapi.IdText) -> Response[str]:
 def add_seckill_voucher() -> Response[str]:
     require_iam()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
-    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher)
+    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher, start_clock)
     # Its window, for the edge to refuse presses before it opens; a creation whose
     # preload is still provisional is not on sale, and the reconciler's sweep sends it.
     edge.notice(scripts, voucher_id)
-    if voucher.closes_at is not None:
-        start_clock(voucher_id, voucher.closes_at)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
     return results.ok(voucher_id, status=201)
 
 
-def start_clock(voucher_id: int, closes_at: datetime) -> None:
-    """The draw clock's first message; if it cannot be sent, the reconciler sends it once overdue."""
-    try:
-        moves.start(clock, voucher_id, to_ms(closes_at))
-    except Exception:
-        logger.warning("the draw clock of voucher %s waits for the reconciler", voucher_id, exc_info=True)
+def start_clock(voucher_id: int, close_ms: int) -> None:
+    """A draw's clock, started inside its creation's transaction."""
+    moves.start(clock, voucher_id, close_ms)
 
 
 @app.post(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -208,9 +209,13 @@ def create_voucher(db: Database, voucher: VoucherIn) -> int:
     return db.run(insert)
 
 
-def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVoucherIn) -> int:
+def create_seckill_voucher(
+    db: Database, redis: RedisClient, voucher: SeckillVoucherIn, start_clock: Callable[[int, int], None] | None = None
+) -> int:
     """Both tables in one transaction, with the Redis preload inside it: if Redis
-    refuses, nothing is committed. The preload is provisional (the gate does not
+    refuses, nothing is committed. A draw's clock is started inside it too
+    (``start_clock(voucherId, closeMs)``, ``seckill.draw.moves.start``): no draw is
+    committed without its clock. The preload is provisional (the gate does not
     sell it) until the commit has succeeded: a creation that dies before or during
     its commit leaves nothing sellable, only keys that expire. If marking it final
     fails after the commit, the voucher is created and reconciliation, which counts
@@ -229,6 +234,8 @@ def create_seckill_voucher(db: Database, redis: RedisClient, voucher: SeckillVou
         closes_at = voucher.closes_at
         if closes_at is not None:
             _insert_draw(cursor, voucher_id, voucher, closes_at)
+            if start_clock is not None:
+                start_clock(voucher_id, to_ms(closes_at))
         # Only when this is the one voucher the gate may need is the cache complete with
         # it; otherwise Redis may have lost others, and recovery or reconciliation says so.
         cursor.execute(

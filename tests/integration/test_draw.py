@@ -36,6 +36,7 @@ from tests.helpers import (
     iso,
     list_event,
     load_event,
+    module_of,
     new_user,
     persist,
     recover,
@@ -371,7 +372,8 @@ def test_not_admitted_before_the_opening_and_after_a_sell_out_admitted_then_sold
             orders_made.append(int(body(response)["data"]))
         return response
 
-    expect_refusal(press(ranked[0]), 409, "NOT_STARTED")  # no move yet: the draw's check waits
+    # Closed, no move recorded yet: a missing cursor admits nobody.
+    expect_refusal(press(ranked[0]), 409, "NOT_ADMITTED")
     decided = decide(db, redis, clock, voucher_id)
     assert (decided.tick, decided.admitted, decided.cursor) == (Tick.MOVED, 2, entries[ranked[2]]["ticket"])
     response = press(ranked[2])
@@ -558,3 +560,118 @@ def test_the_gate_compares_tickets_byte_by_byte(
     answer = gate.reserve(voucher_id, new_user(), ticket=ticket)
     assert getattr(answer, "code", "OK") == code
     redis.delete(keys.cursor(voucher_id))
+
+
+# --- the close's move, whatever fails -------------------------------------------------------------
+
+
+def clock_messages(sqs: Any, handlers_queues: dict[str, str]) -> list[dict[str, Any]]:
+    """The clock's messages visible now on the queue the handlers send to."""
+    return [json.loads(m["Body"]) for m in drain(sqs, handlers_queues["DrawClockQueue"])]
+
+
+def test_after_the_close_no_move_admits_nobody_and_a_press_wakes_the_clock(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], sqs: Any, session_queues: dict[str, str],
+    handlers: dict[str, Handler], context: Any, orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=5)
+    early, late = new_user(), new_user()
+    entries = {early: enter(call, voucher_id, early)}
+    shift(db, redis, voucher_id, 21)  # closed a second ago
+    entries[late] = enter(call, voucher_id, late)
+    assert entries[late]["ticket"] == late_ticket(1)
+    shift(db, redis, voucher_id, 10)  # and opened a second ago: the close's tick is lost
+    close_at = int(draw_row(db, voucher_id)["close_time"].replace(tzinfo=UTC).timestamp() * 1000)
+    for user in (early, late):  # an early entrant and a late one alike
+        expect_refusal(call(press_event(voucher_id, user, entries[user]["pass"])), 409, "NOT_ADMITTED")
+    # The first press woke the clock, once for both (at most one message a second).
+    assert clock_messages(sqs, session_queues) == [{"voucherId": voucher_id, "at": close_at}]
+    event = load_event("draw_clock.json")
+    event["Records"][0]["body"] = ClockMessage(voucher_id, close_at).to_json()
+    assert handlers["DrawClockFunction"](event, context) == {"batchItemFailures": []}
+    [move] = db_rows(db, "SELECT at_ms, admitted FROM tb_draw_move WHERE voucher_id = %s", voucher_id)
+    assert (move["at_ms"], move["admitted"]) == (close_at, 2)  # both, in ticket order
+    accepted = call(press_event(voucher_id, late, entries[late]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+
+
+def test_the_close_move_is_made_from_mysql_when_redis_was_lost_at_the_close(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    queues: dict[str, str], orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=2, admitFactor=1)
+    users = [new_user() for _ in range(3)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    shift(db, redis, voucher_id, 31)
+    redis.delete(*keys.gate_keys(voucher_id), keys.loaded())  # emptied at the close
+    decided = decide(db, redis, clock, voucher_id)
+    assert (decided.tick, decided.admitted, decided.cursor) == (Tick.MOVED, 2, entries[ranked[2]]["ticket"])
+    assert decided.close_lag_ms is not None
+    assert decided.close_lag_ms >= 0
+    recover(db, redis, sqs, queues)
+    expect_refusal(call(press_event(voucher_id, ranked[2], entries[ranked[2]]["pass"])), 409, "NOT_ADMITTED")
+    accepted = call(press_event(voucher_id, ranked[0], entries[ranked[0]]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+
+
+def test_a_failed_tick_comes_back_within_seconds_not_after_the_visibility_timeout(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    session_queues: dict[str, str], handlers: dict[str, Handler], context: Any,
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=1)
+    enter(call, voucher_id, new_user())
+    shift(db, redis, voucher_id, 21)
+    assert decide(db, redis, clock, voucher_id).tick is Tick.MOVED
+    drain(sqs, session_queues["DrawClockQueue"])
+    shift(db, redis, voucher_id, 10)  # the first wave is due in 4 s: decided now
+    redis.delete(keys.stock(voucher_id))  # its units cannot be read: the tick fails
+    wave = int(draw_row(db, voucher_id)["clock_at"])
+    url = session_queues["DrawClockQueue"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "180"})
+    try:
+        retried(sqs, url, handlers["DrawClockFunction"], context, ClockMessage(voucher_id, wave))
+    finally:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "1"})
+
+
+def retried(sqs: Any, url: str, handler: Handler, context: Any, message: ClockMessage) -> None:
+    sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
+    [received] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"], WaitTimeSeconds=2)["Messages"]
+    record = {
+        "messageId": received["MessageId"],
+        "receiptHandle": received["ReceiptHandle"],
+        "body": received["Body"],
+        "attributes": received["Attributes"],
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:DrawClockQueue",
+    }
+    answer = handler({"Records": [record]}, context)
+    assert answer == {"batchItemFailures": [{"itemIdentifier": received["MessageId"]}]}
+    # Back after about a second (its first failure), where the queue's timeout is 180 s.
+    again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
+    assert [m["MessageId"] for m in again] == [received["MessageId"]]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
+
+
+def test_a_draw_is_created_with_two_clock_messages_or_not_at_all(
+    call: Call, db: Database, draws: Callable[..., int], sqs: Any, session_queues: dict[str, str],
+    handlers: dict[str, Handler], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    url = session_queues["DrawClockQueue"]
+    before = int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])[
+        "Attributes"]["ApproximateNumberOfMessagesDelayed"])  # fmt: skip
+    draws()
+    delayed = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert int(delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"]) == before + 2
+    # The clock cannot be started: 503, and no voucher.
+    count = "SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = %s"
+    vouchers_before = db_rows(db, count, SHOP)[0]["n"]
+    app = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(app.clock, "queue_url", url + "-gone")
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body()))
+    expect_refusal(response, 503, "TRY_AGAIN")
+    assert db_rows(db, count, SHOP)[0]["n"] == vouchers_before

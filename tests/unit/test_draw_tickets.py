@@ -50,12 +50,16 @@ def test_a_move_admits_exactly_its_size_and_the_cursor_is_the_next_waiting_ticke
     assert move_size(10, 2, 3) == 6
     assert move_size(4, 2, 3) == 4
     assert move_size(10, 2, 0) == 0
-    cursor = next_cursor(waiting, late_count=0, admit=6)
+    # Six admitted: the cursor is the seventh ticket, which the move left waiting.
+    cursor = next_cursor(waiting[6], late_count=0)
     assert cursor == waiting[6]
     assert sum(admitted(t, cursor) for t in waiting) == 6
-    # Everyone admitted: the cursor is the ticket the next late entrant will get.
-    assert next_cursor(waiting, late_count=3, admit=10) == late_ticket(4)
-    assert next_cursor([], late_count=0, admit=0) == late_ticket(1)
+    # Everyone admitted: the cursor is the ticket the next late entrant will get, which
+    # admits every early ticket and every earlier late one.
+    cursor = next_cursor(None, late_count=3)
+    assert cursor == late_ticket(4)
+    assert all(admitted(t, cursor) for t in [*waiting, late_ticket(1), late_ticket(3)])
+    assert not admitted(late_ticket(4), cursor)
 
 
 RING = KeyRing("k2", {"k1": bytes(32), "k2": bytes(range(32))})

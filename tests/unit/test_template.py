@@ -372,6 +372,11 @@ def test_alarms(data: dict[str, Any]) -> None:
     assert errors["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "OrderPersisterFunction"}}]
     api = alarm_on(data, "AWS/ApiGateway", "5xx")
     assert api["Dimensions"] == [{"Name": "ApiId", "Value": {"Ref": "SeckillHttpApi"}}]
+    # The metric DrawClockFunction emits (Powertools names the dimension "service").
+    late = alarm_on(data, "Seckill", "DrawCloseMoveLate")
+    service = props(data, "DrawClockFunction")["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+    assert late["Dimensions"] == [{"Name": "service", "Value": service}]
+    assert '"DrawCloseMoveLate"' in (ROOT / "functions" / "draw_clock" / "app.py").read_text(encoding="utf-8")
 
 
 # --- policies ---------------------------------------------------------------------------------

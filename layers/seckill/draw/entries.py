@@ -162,7 +162,7 @@ def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id
     return {"pass": issued, "ticket": entry.ticket, "late": entry.late}
 
 
-def moves(cursor: DictCursor, voucher_id: int) -> list[tuple[int, str]]:
+def recorded_moves(cursor: DictCursor, voucher_id: int) -> list[tuple[int, str]]:
     """Every recorded move, (at in epoch ms, cursor), by time."""
     cursor.execute("SELECT at_ms, cursor_after FROM tb_draw_move WHERE voucher_id = %s ORDER BY at_ms", (voucher_id,))
     return [(int(r["at_ms"]), r["cursor_after"]) for r in cursor.fetchall()]
@@ -187,7 +187,7 @@ def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> 
         known = None if draw is None else _entry(cursor, voucher_id, user_id)
         if draw is None or known is None:
             raise NotFound("no entry for this user", code="ENTRY_NOT_FOUND")
-        current = in_effect(moves(cursor, voucher_id), draw.now_ms)
+        current = in_effect(recorded_moves(cursor, voucher_id), draw.now_ms)
         cursor.execute(
             "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s AND ticket < %s",
             (voucher_id, current or "", known[0]),
@@ -223,7 +223,7 @@ def record(db: Database, voucher_id: int) -> dict[str, Any]:
             raise NotFound(NO_DRAW.message, code=NO_DRAW.code)
         cursor.execute("SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s", (voucher_id,))
         entrants = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
-        return draw, moves(cursor, voucher_id), entrants
+        return draw, recorded_moves(cursor, voucher_id), entrants
 
     draw, history, entrants = db.run(read, read_only=True)
     return {

@@ -26,11 +26,12 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 
-from seckill.draw.entries import Draw, moves, read_draw
-from seckill.draw.tickets import late_ticket, move_size
+from seckill.draw.entries import Draw, read_draw, recorded_moves
+from seckill.draw.tickets import move_size, next_cursor
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
+from seckill.infra.errors import NotFound, TryAgain
 from seckill.messages import MalformedMessage
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,14 @@ LEAD_MS = 5000
 MAX_DELAY_SECONDS = 900
 # A chain whose next message is this late is restarted by the reconciler.
 STALLED_MS = 60_000
+# The close's move is recorded within this of the close whatever fails (docs/draw.md,
+# "The close's move"); one recorded later is counted, and alarmed on.
+CLOSE_BOUND_MS = 5000
+# A failed tick is retried after 1 s, then 2, 4, ... up to this (not after the queue's
+# visibility timeout): the close's move cannot wait minutes.
+RETRY_MAX_SECONDS = 20
+# A press that finds the draw closed with no move wakes the clock at most this often.
+WAKE_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,19 @@ class ClockQueue:
         delay = min(MAX_DELAY_SECONDS, max(0, math.ceil((due_ms - now_ms) / 1000)))
         self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.to_json(), DelaySeconds=delay)
 
+    def retry_soon(self, receipt_handle: str, receives: int) -> None:
+        """A message whose tick failed comes back after 1, 2, 4, ... seconds (its
+        ``receives``-th failure), up to ``RETRY_MAX_SECONDS``, instead of after the
+        queue's visibility timeout; maxReceiveCount bounds the tries."""
+        seconds = min(RETRY_MAX_SECONDS, 2 ** max(0, receives - 1))
+        self.sqs.change_message_visibility(
+            QueueUrl=self.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+        )
+
+
+# No clock to wake (a caller that places orders on races only).
+NO_CLOCK = ClockQueue(None, "")
+
 
 def due(draw: Draw, at_ms: int) -> int:
     """When the move at ``at_ms`` is decided: the first at the close, a wave ``LEAD_MS`` before."""
@@ -108,6 +130,8 @@ class Decided:
     tick: Tick
     admitted: int = 0
     cursor: str | None = None
+    # For the close's move: how long after the close it was recorded (ms).
+    close_lag_ms: int | None = None
 
 
 def units_on_sale(redis: RedisClient, voucher_id: int) -> int:
@@ -127,7 +151,10 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
     v = message.voucher_id
 
     def work(cursor: DictCursor) -> Decided:
-        draw = read_draw(cursor, v, " FOR UPDATE")
+        try:
+            draw = read_draw(cursor, v, " FOR UPDATE")
+        except NotFound:
+            return Decided(Tick.STALE)  # a creation that sent its clock and then failed to commit
         if draw is None or draw.clock_at != message.at_ms:
             return Decided(Tick.STALE)
         if draw.now_ms < due(draw, message.at_ms):
@@ -139,8 +166,10 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
         elif not first and draw.now_ms >= message.at_ms:
             log.warning("draw %s: the wave at %s was not decided in time", v, message.at_ms)
             decided = Decided(Tick.MISSED)
+        elif first:
+            decided = _move(cursor, draw, message.at_ms, stored_stock(cursor, v), first=True)
         else:
-            decided = _move(cursor, draw, message.at_ms, units_on_sale(redis, v), first=first)
+            decided = _move(cursor, draw, message.at_ms, units_on_sale(redis, v), first=False)
         following = next_wave(draw, max(message.at_ms, draw.now_ms))
         cursor.execute("UPDATE tb_draw SET clock_at = %s WHERE voucher_id = %s", (following, v))
         if following is not None:
@@ -152,11 +181,18 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
     return decided
 
 
+def stored_stock(cursor: DictCursor, voucher_id: int) -> int:
+    """The stock MySQL holds: the units on sale at the close, since nothing is sold
+    before the opening. So the close's move needs no Redis (lost at the close, say)."""
+    cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
+    return max(0, int(cursor.fetchone()["stock"]))  # type: ignore[index]  # read_draw found the voucher
+
+
 def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool) -> Decided:
     """The move at ``at_ms``: in ticket order, admit ``min(waiting, admitFactor x units)``
     more; the cursor becomes the smallest ticket still waiting, or the next late
     ticket when none is. The first move is made even if it admits nobody."""
-    history = moves(cursor, draw.voucher_id)
+    history = recorded_moves(cursor, draw.voucher_id)
     current = history[-1][1] if history else ""
     cursor.execute(
         "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s",
@@ -166,32 +202,51 @@ def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool
     admit = move_size(waiting, draw.admit_factor, units)
     if admit == 0 and not first:
         return Decided(Tick.STILL)
+    still_waiting = None
     if admit < waiting:
         cursor.execute(
             "SELECT ticket FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s ORDER BY ticket LIMIT 1 OFFSET %s",
             (draw.voucher_id, current, admit),
         )
-        after = str(cursor.fetchone()["ticket"])  # type: ignore[index]  # admit < waiting rows
-    else:
-        after = late_ticket(draw.late_count + 1)
+        still_waiting = str(cursor.fetchone()["ticket"])  # type: ignore[index]  # admit < waiting rows
+    after = next_cursor(still_waiting, draw.late_count)
     cursor.execute(
         "INSERT INTO tb_draw_move (voucher_id, at_ms, cursor_after, admitted, units) VALUES (%s, %s, %s, %s, %s)",
         (draw.voucher_id, at_ms, after, admit, units),
     )
-    return Decided(Tick.MOVED, admit, after)
+    return Decided(Tick.MOVED, admit, after, close_lag_ms=draw.now_ms - at_ms if first else None)
 
 
 def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:
     """Every recorded move of the draw into its Redis cursor (idempotent); how many."""
-    history = db.run(lambda cursor: moves(cursor, voucher_id), read_only=True)
+    history = db.run(lambda cursor: recorded_moves(cursor, voucher_id), read_only=True)
     if history:
         redis.execute_command("ZADD", keys.cursor(voucher_id), *[part for at, c in history for part in (at, c)])
     return len(history)
 
 
 def start(queue: ClockQueue, voucher_id: int, close_ms: int) -> None:
-    """The clock's first message, at a draw's creation: due at the close."""
-    queue.send(ClockMessage(voucher_id, close_ms), close_ms, int(time.time() * 1000))
+    """The clock's first message, at a draw's creation, inside its transaction: due at
+    the close, sent twice (two independent messages: one lost, the other decides; the
+    second finds the move made and only publishes it). ``TryAgain`` if it cannot be
+    sent: no draw is created without its clock."""
+    message, now_ms = ClockMessage(voucher_id, close_ms), int(time.time() * 1000)
+    try:
+        for _ in range(2):
+            queue.send(message, close_ms, now_ms)
+    except Exception as exc:
+        raise TryAgain("the draw clock could not be started, please try again") from exc
+
+
+def wake(redis: RedisClient, queue: ClockQueue, voucher_id: int, close_ms: int) -> bool:
+    """A press found the draw closed and no move in Redis: the clock's message for the
+    close again, due now, at most once per ``WAKE_MS`` per voucher whatever the number
+    of containers. Whether the close's tick was lost, failed or its publish did, the
+    message decides the move or publishes the one recorded. True if this call sent it."""
+    if not queue.queue_url or not redis.set(keys.clock_wake(voucher_id), 1, nx=True, px=WAKE_MS):
+        return False
+    queue.send(ClockMessage(voucher_id, close_ms), 0, 0)
+    return True
 
 
 def restart_stalled(db: Database, queue: ClockQueue) -> list[int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Sequence
 
 TICKET = re.compile(r"[0-9a-f]{17}")
 
@@ -35,13 +34,10 @@ def admitted(ticket: str, cursor: str | None) -> bool:
     return cursor is not None and ticket < cursor
 
 
-def next_cursor(waiting: Sequence[str], late_count: int, admit: int) -> str:
-    """The cursor after a move that admits ``admit`` more of ``waiting`` (the tickets not
-    yet admitted, ascending): the smallest ticket still not admitted, or, when all are,
-    the ticket the next late entrant will get."""
-    if admit < len(waiting):
-        return waiting[admit]
-    return late_ticket(late_count + 1)
+def next_cursor(still_waiting: str | None, late_count: int) -> str:
+    """The cursor after a move: the smallest ticket the move left waiting, or, when it
+    admitted everyone (``still_waiting`` None), the ticket the next late entrant will get."""
+    return late_ticket(late_count + 1) if still_waiting is None else still_waiting
 
 
 def move_size(waiting: int, admit_factor: int, units_on_sale: int) -> int:

@@ -35,6 +35,11 @@ def cursor(voucher_id: int) -> str:
     return f"seckill:cursor:{{{voucher_id}}}"
 
 
+def clock_wake(voucher_id: int) -> str:
+    """Set for a second when a press wakes a draw's clock (``seckill.draw.moves.wake``)."""
+    return f"seckill:clock-wake:{{{voucher_id}}}"
+
+
 def edge(voucher_id: int) -> str:
     """Hash: the version and the last state claimed for the edge (``lua/edge_claim.lua``)."""
     return f"seckill:edge:{{{voucher_id}}}"

@@ -15,8 +15,9 @@ from seckill.infra.errors import Refusal, TryAgain
 from seckill.infra.lua_scripts import Scripts
 
 OK, NOT_FOUND, NOT_STARTED, ENDED, SOLD_OUT, DUPLICATE, RESUMED, ENDED_UNSENT = 0, 1, 2, 3, 4, 5, 6, 7
-# A draw voucher's own refusals (docs/draw.md).
-NO_PASS, NOT_ADMITTED = 8, 9
+# A draw voucher's own refusals (docs/draw.md); UNMOVED is NOT_ADMITTED because the
+# draw has closed and its first move is not in Redis yet.
+NO_PASS, NOT_ADMITTED, UNMOVED = 8, 9, 10
 
 
 REFUSALS: dict[int, Refusal] = {
@@ -79,6 +80,15 @@ class Unsent:
     reservation: Reservation
 
 
+@dataclass(frozen=True)
+class Unmoved:
+    """The gate's NOT_ADMITTED on a draw that has closed (at ``close_ms``) with no move
+    in Redis: the caller answers NOT_ADMITTED and wakes the draw clock
+    (``seckill.draw.moves.wake``)."""
+
+    close_ms: int
+
+
 class Gate:
     def __init__(
         self,
@@ -102,7 +112,7 @@ class Gate:
         token: str | None = None,
         order_id: int | None = None,
         ticket: str = "",
-    ) -> Reservation | Refusal | Unsent:
+    ) -> Reservation | Refusal | Unsent | Unmoved:
         """One Redis round trip (and, about once in ``OrderIds.block`` winners, a lease);
         none while a recent SOLD_OUT/ENDED is remembered. ``token`` names this request's
         reservation (by default 32 random hex digits, made only when Redis is asked);
@@ -136,6 +146,8 @@ class Gate:
             if not ticket:
                 self.remember_refusal(voucher_id, ENDED)
             return Unsent(Reservation(voucher_id, user_id, extra, now_ms, int(reserved)))
+        if code == UNMOVED:
+            return Unmoved(int(reserved))
         if code == NOT_FOUND and not self._redis.exists(keys.loaded()):
             raise TryAgain("the sale is being restored, please try again")
         if code in _CACHEABLE and not ticket:

@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, holds
+from seckill.draw.moves import NO_CLOCK, ClockQueue, wake
 from seckill.edge.state import NO_EDGE, StateQueue
 from seckill.hints import FAILED, PENDING
 from seckill.infra.clients import RedisClient
@@ -20,7 +21,7 @@ from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import fail_unqueued
-from seckill.press.gate import ENDED, NO_PASS, NOT_FOUND, REFUSALS, Gate, Reservation, Unsent
+from seckill.press.gate import ENDED, NO_PASS, NOT_ADMITTED, NOT_FOUND, REFUSALS, Gate, Reservation, Unmoved, Unsent
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def place_order(
     status_ttl: int,
     ticket: str = "",
     edge: StateQueue = NO_EDGE,
+    clock: ClockQueue = NO_CLOCK,
 ) -> int | Refusal:
     """Reserve in Redis with an order id in hand, then queue the order.
 
@@ -52,7 +54,8 @@ def place_order(
     be confirmed unseen. ``ticket``: that of the press's valid pass ('' without one),
     which a draw voucher's gate wants (docs/draw.md). The press that took the voucher's
     last unit then tells the edge itself (``edge``), one message in the sale; the
-    persister's notice is the backstop.
+    persister's notice is the backstop. A press on a draw closed with no move in Redis
+    wakes its clock (``clock``).
     """
     try:
         reservation = gate.reserve(voucher_id, user_id, ticket=ticket)
@@ -62,6 +65,9 @@ def place_order(
         raise TryAgain("the sale is briefly unavailable, please try again") from exc
     if isinstance(reservation, Refusal):
         return _not_in_redis(gate, db, voucher_id, ticket) if reservation is REFUSALS[NOT_FOUND] else reservation
+    if isinstance(reservation, Unmoved):
+        _wake(redis, clock, voucher_id, reservation.close_ms)
+        return REFUSALS[NOT_ADMITTED]
     if isinstance(reservation, Unsent):
         _fail_unsent(gate, db, reservation.reservation)
         return REFUSALS[ENDED]
@@ -93,6 +99,15 @@ def _promise(gate: Gate, redis: RedisClient, m: OrderMessage, status_ttl: int) -
             raise promised
     except Exception:  # the cluster client raises its own errors besides RedisError
         log.warning("could not mark order %s promised", m.order_id, exc_info=True)
+
+
+def _wake(redis: RedisClient, clock: ClockQueue, voucher_id: int, close_ms: int) -> None:
+    # The answer is NOT_ADMITTED either way: a failed wake leaves the clock's own retries.
+    try:
+        if wake(redis, clock, voucher_id, close_ms):
+            log.warning("draw %s: closed with no move in Redis; its clock woken", voucher_id)
+    except Exception:
+        log.exception("could not wake the clock of draw %s", voucher_id)
 
 
 def _release(gate: Gate, reservation: Reservation) -> None:

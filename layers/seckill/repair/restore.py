@@ -15,7 +15,7 @@ from typing import Literal
 
 from pymysql.cursors import DictCursor
 
-from seckill.draw.entries import moves
+from seckill.draw.entries import recorded_moves
 from seckill.holds import CLOSED_STATUS
 from seckill.infra import keys
 from seckill.infra.db import Database
@@ -139,4 +139,4 @@ def _draw_fields(cursor: DictCursor, voucher_id: int) -> str:
     row = cursor.fetchone()
     if row is None:
         return ""
-    return json.dumps({"close": to_ms(from_db(row["close_time"])), "moves": moves(cursor, voucher_id)})
+    return json.dumps({"close": to_ms(from_db(row["close_time"])), "moves": recorded_moves(cursor, voucher_id)})
