@@ -27,6 +27,8 @@ ADDED_COLUMNS = (
     ("tb_voucher_order", "pay_by"),
     ("tb_voucher_order", "payment_id"),
     ("tb_voucher_order", "close_reason"),
+    ("tb_draw", "admit_rate"),
+    ("tb_draw_move", "step"),
 )
 # Unique keys schema.sql gained since, each on one column: added where missing, unless
 # rows already break one. Those rows are reported, never changed (which order a reused

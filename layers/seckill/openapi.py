@@ -116,6 +116,7 @@ class ListedVoucher(_Doc):
     hold_seconds: int | None
     admission: Literal["race", "draw"] | None
     closes_at: datetime | None
+    admit_rate: int | None = Field(description="A paced draw's most entrants newly admitted in a second; else null")
 
 
 Ticket = Annotated[str, WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{17}$"})]

@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS tb_draw (
   admit_factor  INT             NOT NULL,
   close_seconds INT             NOT NULL,
   wave_seconds  INT             NOT NULL,
+  admit_rate    INT             NULL     COMMENT 'the most entrants newly admitted in a second, NULL for no limit',
   close_time    DATETIME(3)     NOT NULL COMMENT 'the draw closes (UTC): begin_time - close_seconds',
   late_count    INT             NOT NULL DEFAULT 0 COMMENT 'entries after the close so far',
   clock_at      BIGINT          NULL     COMMENT 'the at (epoch ms) the clock moves next, NULL once done',
@@ -88,13 +89,15 @@ CREATE TABLE IF NOT EXISTS tb_draw_entry (
   KEY idx_ticket (voucher_id, ticket)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
--- The cursor's moves: each takes effect at at_ms and admits what it names.
+-- The cursor's moves: each takes effect at at_ms and admits what it names. A paced
+-- move is recorded as its steps, each a row.
 CREATE TABLE IF NOT EXISTS tb_draw_move (
   voucher_id   BIGINT UNSIGNED NOT NULL,
   at_ms        BIGINT          NOT NULL COMMENT 'when the move takes effect (epoch ms)',
   cursor_after CHAR(17) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'the cursor from at_ms on',
   admitted     INT             NOT NULL COMMENT 'entrants this move admitted',
   units        INT             NOT NULL COMMENT 'units on sale when it was decided',
+  step         INT             NOT NULL DEFAULT 0 COMMENT 'a paced move: 0 for its first step, then 1, 2, ... one second apart',
   decide_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (voucher_id, at_ms)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -46,6 +46,9 @@ HOLD_SECONDS, MIN_HOLD_SECONDS, MAX_HOLD_SECONDS = 900, 10, 86_400
 # A draw's parameters (docs/draw.md): their defaults when a draw leaves them out.
 DRAW_DEFAULTS: Final = {"admit_factor": 2, "draw_close_seconds": 60, "wave_seconds": 10}
 DrawSeconds = Annotated[int | None, Field(ge=5, le=3600)]
+# A draw's optional pace (docs/draw.md, "Paced admission"): the most entrants newly
+# admitted in any one second; null (the default) for no limit.
+MAX_ADMIT_RATE = 1_000_000
 
 
 def _time(value: Any) -> datetime:
@@ -107,7 +110,7 @@ class SeckillVoucherIn(VoucherIn):
         json_schema_extra={
             "anyOf": [
                 {"properties": {"admission": {"const": "draw"}}, "required": ["admission"]},
-                {"properties": {to_camel(name): {"type": "null"} for name in DRAW_DEFAULTS}},
+                {"properties": {to_camel(name): {"type": "null"} for name in (*DRAW_DEFAULTS, "admit_rate")}},
             ]
         }
     )
@@ -123,6 +126,7 @@ class SeckillVoucherIn(VoucherIn):
     admit_factor: Annotated[int | None, Field(ge=1, le=100)] = None
     draw_close_seconds: DrawSeconds = None
     wave_seconds: DrawSeconds = None
+    admit_rate: Annotated[int | None, Field(ge=1, le=MAX_ADMIT_RATE)] = None
 
     @property
     def draw(self) -> bool:
@@ -171,7 +175,7 @@ def _admission(voucher: S) -> S:
     and its window must open more than ``drawCloseSeconds`` from now."""
     given = {name: getattr(voucher, name) for name in DRAW_DEFAULTS}
     if not voucher.draw:
-        for name, value in given.items():
+        for name, value in {**given, "admit_rate": voucher.admit_rate}.items():
             if value is not None:
                 raise BadRequest(f'{to_camel(name)}: only a draw (admission "draw") takes it')
         return voucher
@@ -269,8 +273,8 @@ def _insert_draw(cursor: DictCursor, voucher_id: int, voucher: SeckillVoucherIn,
     """A draw's row: a fresh secret seed and its commitment; the clock's first move is the close."""
     seed = os.urandom(32)
     cursor.execute(
-        "INSERT INTO tb_draw (voucher_id, seed, commitment, admit_factor, close_seconds, wave_seconds, close_time,"
-        " clock_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO tb_draw (voucher_id, seed, commitment, admit_factor, close_seconds, wave_seconds, admit_rate,"
+        " close_time, clock_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             voucher_id,
             seed,
@@ -278,6 +282,7 @@ def _insert_draw(cursor: DictCursor, voucher_id: int, voucher: SeckillVoucherIn,
             voucher.admit_factor,
             voucher.draw_close_seconds,
             voucher.wave_seconds,
+            voucher.admit_rate,
             to_db(closes_at),
             to_ms(closes_at),
         ),
@@ -348,7 +353,8 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
     def select(cursor: DictCursor) -> list[dict[str, Any]]:
         cursor.execute(
             "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value, v.type, v.status,"
-            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds, d.close_time"
+            " sv.stock, sv.begin_time, sv.end_time, sv.hold_seconds, d.close_time,"
+            " d.admit_rate"
             " FROM tb_voucher v LEFT JOIN tb_seckill_voucher sv ON sv.voucher_id = v.id"
             " LEFT JOIN tb_draw d ON d.voucher_id = v.id"
             " WHERE v.shop_id = %s AND v.status = %s AND v.id > %s ORDER BY v.id LIMIT %s",
@@ -375,6 +381,7 @@ def list_vouchers(db: Database, shop_id: int, *, limit: int = PAGE_SIZE, after: 
             # A seckill voucher's admission, and a draw's close; nulls for an ordinary one.
             "admission": None if r["stock"] is None else "race" if r["close_time"] is None else "draw",
             "closesAt": None if r["close_time"] is None else iso(from_db(r["close_time"])),
+            "admitRate": r["admit_rate"],
         }
         for r in rows[:limit]
     ]

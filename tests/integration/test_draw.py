@@ -675,3 +675,86 @@ def test_a_draw_is_created_with_two_clock_messages_or_not_at_all(
     response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body()))
     expect_refusal(response, 503, "TRY_AGAIN")
     assert db_rows(db, count, SHOP)[0]["n"] == vouchers_before
+
+
+# --- paced admission ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rate", "ok"), [(0, False), (1, True), (1_000_000, True), (1_000_001, False), ("5", False)])
+def test_admit_rate_is_an_integer_from_1_to_a_million_on_a_draw_only(
+    call: Call, draws: Callable[..., int], rate: Any, ok: bool
+) -> None:
+    if ok:
+        voucher_id = draws(admitRate=rate)
+        listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+        assert listed[voucher_id]["admitRate"] == rate
+        return
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body(admitRate=rate)))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith("admitRate:"), response
+
+
+def test_admit_rate_on_a_race_is_a_400_and_a_draw_without_one_is_unpaced(call: Call, draws: Callable[..., int]) -> None:
+    response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body(**RACE, admitRate=10)))
+    expect_refusal(response, 400, "BAD_REQUEST")
+    assert body(response)["errorMsg"].startswith("admitRate:"), response
+    voucher_id = draws()
+    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    assert listed[voucher_id]["admitRate"] is None
+
+
+def test_a_paced_move_is_recorded_as_steps_one_second_apart_and_the_gate_applies_each_at_its_time(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, orders_made: list[int]
+) -> None:
+    voucher_id = draws(stock=5, admitFactor=2, admitRate=3)
+    users = [new_user() for _ in range(12)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    tickets = [entries[u]["ticket"] for u in ranked]
+    shift(db, redis, voucher_id, 21)  # closed a second ago, opens in 9 s
+    close_at = int(draw_row(db, voucher_id)["clock_at"])
+    begin = int(redis.hget(keys.window(voucher_id), "begin"))
+    decided = decide(db, redis, clock, voucher_id)
+    # min(12 waiting, 2 x 5 units) = 10, in steps of at most 3.
+    assert (decided.tick, decided.admitted, decided.steps) == (Tick.MOVED, 10, 4)
+    rows = db_rows(db, "SELECT * FROM tb_draw_move WHERE voucher_id = %s ORDER BY at_ms", voucher_id)
+    assert [(r["at_ms"], r["cursor_after"], r["admitted"], r["step"]) for r in rows] == [
+        (close_at, tickets[3], 3, 0),
+        (begin + 1000, tickets[6], 3, 1),
+        (begin + 2000, tickets[9], 3, 2),
+        (begin + 3000, tickets[10], 1, 3),
+    ]
+    assert cursor_in_redis(redis, voucher_id) == [(r["cursor_after"], r["at_ms"]) for r in rows]
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert [m["cursor"] for m in record["cursorHistory"]] == [tickets[3], tickets[6], tickets[9], tickets[10]]
+    shift(db, redis, voucher_id, 10.5)  # opened 1.5 s ago: the first two steps are in effect
+    fourth, eighth = ranked[3], ranked[7]
+    first = call(press_event(voucher_id, fourth, entries[fourth]["pass"]))
+    assert first["statusCode"] == 202, first
+    expect_refusal(call(press_event(voucher_id, eighth, entries[eighth]["pass"])), 409, "NOT_ADMITTED")
+    shift(db, redis, voucher_id, 1)  # the third step too
+    second = call(press_event(voucher_id, eighth, entries[eighth]["pass"]))
+    assert second["statusCode"] == 202, second
+    orders_made.extend(int(body(r)["data"]) for r in (first, second))
+
+
+def test_waves_due_during_a_paced_move_are_not_made_and_resume_after_its_last_step(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, sqs: Any,
+    queues: dict[str, str],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=5, admitFactor=2, admitRate=1, waveSeconds=5)
+    for _ in range(10):
+        enter(call, voucher_id, new_user())
+    shift(db, redis, voucher_id, 21)
+    begin = int(redis.hget(keys.window(voucher_id), "begin"))
+    decided = decide(db, redis, clock, voucher_id)
+    assert (decided.steps, decided.last_at) == (10, begin + 9000)
+    # The wave at begin + 5 s falls during the steps: the next is the one at begin + 10 s.
+    assert int(draw_row(db, voucher_id)["clock_at"]) == begin + 10_000
+    # Redis lost mid-steps: every step comes back, so each still applies at its time.
+    shift(db, redis, voucher_id, 9 + 3)  # three steps in effect
+    before = cursor_in_redis(redis, voucher_id)
+    redis.delete(*keys.gate_keys(voucher_id), keys.loaded())
+    recover(db, redis, sqs, queues)
+    assert cursor_in_redis(redis, voucher_id) == before
+    assert len(before) == 10

@@ -10,7 +10,15 @@ import random
 import pytest
 
 from seckill import passes
-from seckill.draw.tickets import admitted, commitment, early_ticket, late_ticket, move_size, next_cursor
+from seckill.draw.tickets import (
+    admitted,
+    commitment,
+    early_ticket,
+    late_ticket,
+    move_size,
+    next_cursor,
+    step_sizes,
+)
 from seckill.infra.errors import TryAgain
 from seckill.passes import BadKeyRing, KeyRing
 
@@ -152,3 +160,13 @@ def test_no_pass_keys_is_a_503(monkeypatch: pytest.MonkeyPatch) -> None:
         passes.key_ring()
     monkeypatch.setenv("SECKILL_PASS_KEYS", RING.to_json())
     assert passes.key_ring() == RING
+
+
+def test_a_paced_move_is_split_into_steps_of_at_most_the_rate() -> None:
+    assert step_sizes(10, 3) == [3, 3, 3, 1]
+    assert step_sizes(9, 3) == [3, 3, 3]
+    assert step_sizes(3, 3) == [3]
+    assert step_sizes(10, None) == [10]
+    assert step_sizes(0, 5) == [0]
+    sizes = step_sizes(100_001, 1000)
+    assert (len(sizes), sum(sizes), max(sizes)) == (101, 100_001, 1000)

@@ -50,6 +50,7 @@ class Draw:
     commitment: str
     admit_factor: int
     wave_seconds: int
+    admit_rate: int | None
     close_ms: int
     begin_ms: int
     end_ms: int
@@ -73,7 +74,7 @@ def read_draw(cursor: DictCursor, voucher_id: int, lock: Lock = "") -> Draw | No
         cursor.execute(f"SELECT 1 FROM tb_draw WHERE voucher_id = %s{lock}", (voucher_id,))
     cursor.execute(
         "SELECT sv.begin_time, sv.end_time, v.status, d.seed, d.commitment, d.admit_factor, d.wave_seconds,"
-        " d.close_time, d.late_count, d.clock_at, UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv"
+        " d.admit_rate, d.close_time, d.late_count, d.clock_at, UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv"
         " JOIN tb_voucher v ON v.id = sv.voucher_id LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id"
         " WHERE sv.voucher_id = %s",
         (voucher_id,),
@@ -89,6 +90,7 @@ def read_draw(cursor: DictCursor, voucher_id: int, lock: Lock = "") -> Draw | No
         commitment=row["commitment"],
         admit_factor=int(row["admit_factor"]),
         wave_seconds=int(row["wave_seconds"]),
+        admit_rate=None if row["admit_rate"] is None else int(row["admit_rate"]),
         close_ms=to_ms(from_db(row["close_time"])),
         begin_ms=to_ms(from_db(row["begin_time"])),
         end_ms=to_ms(from_db(row["end_time"])),

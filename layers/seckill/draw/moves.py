@@ -27,7 +27,7 @@ from typing import Any
 from pymysql.cursors import DictCursor
 
 from seckill.draw.entries import Draw, read_draw, recorded_moves
-from seckill.draw.tickets import move_size, next_cursor
+from seckill.draw.tickets import move_size, next_cursor, step_sizes
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -132,6 +132,9 @@ class Decided:
     cursor: str | None = None
     # For the close's move: how long after the close it was recorded (ms).
     close_lag_ms: int | None = None
+    # A paced move's steps: how many, and when the last takes effect.
+    steps: int = 1
+    last_at: int | None = None
 
 
 def units_on_sale(redis: RedisClient, voucher_id: int) -> int:
@@ -170,7 +173,8 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
             decided = _move(cursor, draw, message.at_ms, stored_stock(cursor, v), first=True)
         else:
             decided = _move(cursor, draw, message.at_ms, units_on_sale(redis, v), first=False)
-        following = next_wave(draw, max(message.at_ms, draw.now_ms))
+        # Waves resume after a paced move's last step.
+        following = next_wave(draw, max(decided.last_at or message.at_ms, draw.now_ms))
         cursor.execute("UPDATE tb_draw SET clock_at = %s WHERE voucher_id = %s", (following, v))
         if following is not None:
             queue.send(ClockMessage(v, following), due(draw, following), draw.now_ms)
@@ -188,33 +192,54 @@ def stored_stock(cursor: DictCursor, voucher_id: int) -> int:
     return max(0, int(cursor.fetchone()["stock"]))  # type: ignore[index]  # read_draw found the voucher
 
 
+def step_times(draw: Draw, at_ms: int, steps: int, *, first: bool) -> list[int]:
+    """When each step of the move at ``at_ms`` takes effect, one second apart: the first at
+    ``at_ms``; the close's later steps from the opening on (``beginTime`` + 1 s, + 2 s, ...),
+    a wave's right after it."""
+    later = draw.begin_ms if first else at_ms
+    return [at_ms] + [later + 1000 * k for k in range(1, steps)]
+
+
 def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool) -> Decided:
     """The move at ``at_ms``: in ticket order, admit ``min(waiting, admitFactor x units)``
-    more; the cursor becomes the smallest ticket still waiting, or the next late
-    ticket when none is. The first move is made even if it admits nobody."""
-    history = recorded_moves(cursor, draw.voucher_id)
+    more, in steps of at most ``admitRate`` when the draw is paced; after each step the
+    cursor is the smallest ticket still waiting, or the next late ticket when none is.
+    Every step is recorded now, with its own time. The first move is made even if it
+    admits nobody."""
+    v = draw.voucher_id
+    history = recorded_moves(cursor, v)
     current = history[-1][1] if history else ""
-    cursor.execute(
-        "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s",
-        (draw.voucher_id, current),
-    )
+    cursor.execute("SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s", (v, current))
     waiting = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
     admit = move_size(waiting, draw.admit_factor, units)
     if admit == 0 and not first:
         return Decided(Tick.STILL)
-    still_waiting = None
-    if admit < waiting:
-        cursor.execute(
-            "SELECT ticket FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s ORDER BY ticket LIMIT 1 OFFSET %s",
-            (draw.voucher_id, current, admit),
-        )
-        still_waiting = str(cursor.fetchone()["ticket"])  # type: ignore[index]  # admit < waiting rows
-    after = next_cursor(still_waiting, draw.late_count)
+    sizes = step_sizes(admit, draw.admit_rate)
+    ends = [sum(sizes[: k + 1]) for k in range(len(sizes))]  # admitted after each step
+    # The ticket just past each step (row end + 1 in ticket order), in one pass over the
+    # tickets the move admits.
     cursor.execute(
-        "INSERT INTO tb_draw_move (voucher_id, at_ms, cursor_after, admitted, units) VALUES (%s, %s, %s, %s, %s)",
-        (draw.voucher_id, at_ms, after, admit, units),
+        "SELECT rn, ticket FROM (SELECT ticket, ROW_NUMBER() OVER (ORDER BY ticket) AS rn FROM tb_draw_entry"
+        " WHERE voucher_id = %s AND ticket >= %s ORDER BY ticket LIMIT %s) AS t"
+        " WHERE (rn - 1) %% %s = 0 OR rn = %s",
+        (v, current, admit + 1, draw.admit_rate or admit + 1, admit + 1),
     )
-    return Decided(Tick.MOVED, admit, after, close_lag_ms=draw.now_ms - at_ms if first else None)
+    past = {int(row["rn"]) - 1: str(row["ticket"]) for row in cursor.fetchall()}
+    times = step_times(draw, at_ms, len(sizes), first=first)
+    cursors = [next_cursor(past.get(end), draw.late_count) for end in ends]
+    cursor.executemany(
+        "INSERT INTO tb_draw_move (voucher_id, at_ms, cursor_after, admitted, units, step)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        [(v, t, c, size, units, k) for k, (t, c, size) in enumerate(zip(times, cursors, sizes, strict=True))],
+    )
+    return Decided(
+        Tick.MOVED,
+        admit,
+        cursors[-1],
+        close_lag_ms=draw.now_ms - at_ms if first else None,
+        steps=len(sizes),
+        last_at=times[-1],
+    )
 
 
 def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:

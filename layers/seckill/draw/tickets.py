@@ -43,3 +43,12 @@ def next_cursor(still_waiting: str | None, late_count: int) -> str:
 def move_size(waiting: int, admit_factor: int, units_on_sale: int) -> int:
     """How many a move admits: ``min(not yet admitted, admitFactor x units on sale)``."""
     return max(0, min(waiting, admit_factor * units_on_sale))
+
+
+def step_sizes(admit: int, rate: int | None) -> list[int]:
+    """A move of ``admit`` entrants as its steps, one second apart, each admitting at most
+    ``rate`` (a paced draw's ``admitRate``); one step without a rate or within it."""
+    if rate is None or admit <= rate:
+        return [admit]
+    full, rest = divmod(admit, rate)
+    return [rate] * full + ([rest] if rest else [])
