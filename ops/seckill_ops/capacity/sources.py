@@ -123,13 +123,6 @@ FIGURES: dict[str, Figure] = {
             "https://docs.aws.amazon.com/cloudfront/latest/APIReference/API_kvs_ListKeys.html",
         ),
         Figure(
-            "elasticache_node_ops",
-            1_000_000,
-            "requests/s per node (r7g.4xlarge, Redis 7.1, simple commands)",
-            "https://aws.amazon.com/blogs/database/achieve-over-500-million-requests-per-second-per-cluster-with-amazon-elasticache-for-redis-7-1/",
-            note="a large node's figure, not the template's cache.t4g.micro (--cache-ops sets the node's)",
-        ),
-        Figure(
             "rds_gp3_iops",
             3_000,
             "baseline IOPS of an RDS gp3 volume under 400 GiB (MySQL)",
