@@ -138,7 +138,7 @@ def model(profile: Profile, edge: bool) -> Scenario:
             if sold_out is None
             else f"derived: the presses after {cut:.4g} s (sold out at {sold_out:.4g} s, when API Gateway has let "
             f"{p.accepted * p.presses:,} presses through, plus {p.propagation_seconds:g} s of propagation, at least "
-            f"{assumed('edge_skew_seconds'):g} s), over all presses"
+            f"{assumed('edge_skew_seconds'):g} s), over all the requests reaching it"
         )
     else:
         cut, origin = float(p.seconds), ""
