@@ -601,6 +601,7 @@ def test_the_phone_launch_at_the_recommended_admit_rate(capsys: pytest.CaptureFi
     rate = result["pacing"]["admit_rate"]
     assert rate is not None
     assert result["profile"]["rush_share"] > 0
+    assert any(note.startswith(f"admitRate {rate:,}: ") for note in draw["notes"])  # the draw at that rate
     walls = [c for c in draw["checks"] if c["layer"] in ("API Gateway", "Lambda") and c["exceeded_at"] is not None]
     assert not walls
     assert {c["phase"] for c in draw["checks"]} == {"entry", "sale"}
