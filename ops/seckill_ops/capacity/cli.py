@@ -21,6 +21,7 @@ from rich.console import Console
 from seckill_ops.capacity.draw import model_draw, moves
 from seckill_ops.capacity.kvs import Fleet
 from seckill_ops.capacity.model import model
+from seckill_ops.capacity.pace import MAX_RATE, recommend
 from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.report import plot, render, render_sources, to_json
 from seckill_ops.capacity.sources import ASSUMPTIONS, assumed
@@ -92,10 +93,29 @@ def _add_draw(parser: argparse.ArgumentParser) -> None:
         help="a wave every this many seconds while units are on sale (default %(default)s)",
     )
     draw.add_argument(
+        "--admit-rate",
+        type=_within(1, MAX_RATE),
+        help="admitRate: at most this many entrants newly admitted a second, a move in steps one second apart "
+        "(default: the recommended one, the largest whose sale stays under the quotas in every second)",
+    )
+    draw.add_argument(
         "--entry-minutes",
         type=_positive,
         default=assumed("entry_minutes"),
-        help="entries arrive evenly over this many minutes before the draw closes (default %(default)s)",
+        help="entries arrive over this many minutes before the draw closes (default %(default)s)",
+    )
+    draw.add_argument(
+        "--rush-share",
+        type=_share,
+        default=assumed("rush_share"),
+        help="share of the entries in a last-minute rush rising to its peak at the close; 0: an even spread "
+        "(default %(default)s, assumed)",
+    )
+    draw.add_argument(
+        "--rush-minutes",
+        type=_positive,
+        default=assumed("rush_minutes"),
+        help="the rush's length in minutes (default %(default)s, assumed)",
     )
     draw.add_argument(
         "--no-show",
@@ -200,7 +220,34 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         help="CloudFront's per-distribution quota raised to this many requests/s",
     )
-    parser.add_argument("--bot-control", action="store_true", help="price WAF Bot Control (common level) too")
+    parser.add_argument(
+        "--lambda-concurrency",
+        type=positive_int,
+        help="Lambda's account concurrency quota, raised or a new account's lower one (default 1,000)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=_within(0, 10),
+        default=int(assumed("retries")),
+        help="times a client sends a request again after a 429 (default %(default)s, assumed)",
+    )
+    parser.add_argument(
+        "--retry-seconds",
+        type=_within(1, 60),
+        default=int(assumed("retry_seconds")),
+        help="seconds between a 429 and its retry (default %(default)s, assumed)",
+    )
+    for name in ("cache_ops", "rds_commits"):
+        a = ASSUMPTIONS[name]
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_positive,
+            default=a.value,
+            help=f"{a.unit} (default %(default)s, unconfirmed: see --sources)",
+        )
+    parser.add_argument(
+        "--bot-control", action="store_true", help="price WAF Bot Control (common level) and its CAPTCHA too"
+    )
     for name in ("accepted_ms", "refused_ms", "authorizer_ms", "persister_ms"):
         a = ASSUMPTIONS[name]
         parser.add_argument(
@@ -256,16 +303,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         reduced_region=args.region_burst == "reduced",
         apigw_rps=args.apigw_rps,
         cloudfront_rps=args.cloudfront_rps,
+        lambda_concurrency=args.lambda_concurrency,
         bot_control=args.bot_control,
         accepted_ms=args.accepted_ms,
         refused_ms=args.refused_ms,
         authorizer_ms=args.authorizer_ms,
         persister_ms=args.persister_ms,
         persister_concurrency=args.persister_concurrency,
+        retries=args.retries,
+        retry_seconds=args.retry_seconds,
+        cache_ops=args.cache_ops,
+        rds_commits=args.rds_commits,
         admit_factor=args.admit_factor,
         draw_close_seconds=args.draw_close_seconds,
         wave_seconds=args.wave_seconds,
+        admit_rate=args.admit_rate,
         entry_minutes=args.entry_minutes,
+        rush_share=args.rush_share,
+        rush_minutes=args.rush_minutes,
         entry_polls=args.entry_polls,
         draw_reads=args.draw_reads,
         edge_locations=args.edge_locations,
@@ -286,9 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile = replace(profile, edge_share=share, edge_share_origin=f"measured: {args.from_report}")
     scenarios = [model(profile, edge=False), model(profile, edge=True)]
     fleet = Fleet(args.live_vouchers, args.sweep_minutes, args.changes_per_sale, args.sales_per_month)
+    pacing = None
     if args.admission == "draw":
-        scenarios.append(model_draw(profile))
-        fleet = replace(fleet, cursor_moves=float(len(moves(profile))))
+        pacing = recommend(replace(profile, admit_rate=None))
+        drawn = profile if profile.admit_rate is not None else replace(profile, admit_rate=pacing.rate)
+        scenarios.append(model_draw(drawn))
+        fleet = replace(fleet, cursor_moves=float(len(moves(drawn))))
     if args.plot is not None:
         try:
             plot(profile, scenarios, args.plot)
@@ -297,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     out = Console(width=1000, soft_wrap=True)  # wide: a wrapped Markdown row is no longer one
     if args.json:
-        print(json.dumps(to_json(profile, scenarios, fleet), indent=2))
+        print(json.dumps(to_json(profile, scenarios, fleet, pacing), indent=2))
     else:
-        render(profile, scenarios, fleet, out)
+        render(profile, scenarios, fleet, out, pacing)
         if args.sources:
             render_sources(out)
     return 0

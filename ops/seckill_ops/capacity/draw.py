@@ -1,11 +1,12 @@
 """seckill-capacity's draw (``--admission draw``): the entry phase before the sale (each user
 enters once, looks the entry up, reads the draw record at the edge), then the sale, in which
 the edge answers every press of an entrant not admitted and only admitted entrants' presses
-reach API Gateway."""
+reach API Gateway; with ``admitRate`` a move admits its entrants in steps one second apart."""
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import replace
 
 from seckill_ops.capacity.costs import price_sale
@@ -13,32 +14,58 @@ from seckill_ops.capacity.model import (
     Check,
     Scenario,
     Traffic,
+    api_flow,
     apigw_check,
-    apigw_quota,
-    first_over,
+    cache_check,
+    cloudfront_check,
+    edge_cut,
     lambda_checks,
+    passing,
+    rds_check,
     sale,
-    throttle,
+    sold_out_second,
 )
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import assumed, figure
+from seckill_ops.capacity.sources import assumed
+
+
+def _last_step(at: int, size: float, rate: float) -> int:
+    return at + max(1, math.ceil(size / rate - 1e-9)) - 1
 
 
 def moves(p: Profile) -> list[tuple[int, float]]:
-    """The cursor's moves as (second of the sale it takes effect, entrants it admits): the
-    first when the draw closes (before the sale), admitting admitFactor x the units; then
-    one every waveSeconds while the window is open and units are on sale (those of admitted
-    entrants who never press, the --no-show share)."""
+    """The cursor's moves as (second of the sale its first step takes effect, entrants it
+    admits): the first when the draw closes (before the sale), admitting admitFactor x the
+    units; then one at each beginTime + n x waveSeconds after the last step of the one before,
+    while the window is open and units are on sale (those of admitted entrants who never
+    press, the --no-show share). The window is --seconds, or the first move's steps if longer."""
+    rate = float(p.admit_rate or math.inf)
     first = float(min(p.users, p.admit_factor * p.stock))
     out = [(0, first)]
+    last = _last_step(0, first, rate)
+    window = max(p.seconds, last + 1)
     bought = min(float(p.stock), first * (1 - p.no_show))
-    admitted, t = first, p.wave_seconds
-    while t < p.seconds and bought < p.stock and admitted < p.users:
+    admitted, t = first, (last // p.wave_seconds + 1) * p.wave_seconds
+    while t < window and bought < p.stock and admitted < p.users:
         more = min(p.users - admitted, p.admit_factor * (p.stock - bought))
         out.append((t, more))
         admitted += more
         bought += min(p.stock - bought, more * (1 - p.no_show))
-        t += p.wave_seconds
+        t = (_last_step(t, more, rate) // p.wave_seconds + 1) * p.wave_seconds
+    return out
+
+
+def steps(p: Profile) -> list[tuple[int, float]]:
+    """Each move split into steps of at most admitRate entrants, one second apart: (second of
+    the sale it takes effect, entrants). The first move's first step takes effect at the close."""
+    rate = float(p.admit_rate or math.inf)
+    out = []
+    for at, size in moves(p):
+        k, left = 0, size
+        while left > 1e-9:
+            out.append((at + k, min(rate, left)))
+            left -= rate
+            k += 1
     return out
 
 
@@ -48,98 +75,172 @@ def blind_seconds(p: Profile) -> float:
     return max(0.0, min(p.propagation_seconds - p.draw_close_seconds, float(p.seconds)))
 
 
-def entry_seconds(p: Profile) -> int:
-    return max(1, math.ceil(p.entry_minutes * 60))
-
-
 def origin_fetches_per_second(p: Profile) -> float:
     """The draw record's reads that reach the origin: each edge location asks at most once
     per cache period, whatever its viewers read."""
-    reads = p.users * p.draw_reads / entry_seconds(p)
+    reads = p.users * p.draw_reads / len(p.entries())
     return min(reads, p.edge_locations / assumed("draw_cache_seconds"))
+
+
+def draw_sale(p: Profile) -> Scenario:
+    """The sale of a draw: every user presses along the arrival; the first step's entrants'
+    presses reach API Gateway with them, and each later step's entrants press again along
+    the same arrival from their step. The edge forwards the presses of entrants within its
+    clock skew of the next step (it cannot tell which side of its ``at`` they are) and every
+    press until it holds the first cursor; from the stock's sell-out plus propagation it
+    answers everything."""
+    cursor = steps(p)
+    pressing = 1 - p.no_show
+    last = cursor[-1][0]
+    horizon = last + p.seconds
+    shape = [a / p.total for a in p.arrivals()]  # a user's share of presses in each second
+    crowd = [*p.arrivals(), *[0.0] * (horizon - p.seconds)]
+    by_second: dict[int, float] = defaultdict(float)
+    for t, size in cursor:
+        by_second[t] += size
+    own = cursor[0][1] * pressing / p.users
+    blind = p.cumulative(blind_seconds(p))
+    arrived, forwarded, buying = list(crowd), [], []
+    for i, pressed in enumerate(crowd):
+        unseen = max(0.0, min(p.cumulative(i + 1), blind) - p.cumulative(i)) if i < p.seconds else 0.0
+        forwarded.append(unseen + (pressed - unseen) * (own + by_second.get(i + 1, 0.0) / p.users))
+        buying.append(pressed * own)
+    for t, size in cursor[1:]:
+        for j, s in enumerate(shape):
+            presses = size * pressing * p.presses * s
+            arrived[t + j] += presses
+            forwarded[t + j] += presses
+            buying[t + j] += presses
+    admitted = sum(size for _, size in cursor)
+    buyers = min(float(p.stock), admitted * pressing)
+    sold = sold_out_second(api_flow(p, forwarded), buying, forwarded, buyers * p.presses)
+    passes = passing(edge_cut(p, sold, horizon), horizon)
+    made = moves(p)
+    traffic = Traffic(
+        "draw",
+        True,
+        arrived,
+        [f * s for f, s in zip(forwarded, passes, strict=True)],
+        [b * s for b, s in zip(buying, passes, strict=True)],
+        passes,
+        None,  # the authorizer's cache is off with the edge
+        buyers,
+        len(made) + (1 if buyers >= p.stock else 0),  # each move with its steps, then the sold-out state
+        assumed("kvs_reads_per_draw_press"),
+    )
+    scenario = sale(p, traffic)
+    scenario.counts |= {"admitted": admitted, "waves": float(len(made) - 1)}
+    first = made[0][1]
+    first_steps = sum(1 for t, _ in cursor if t <= _last_step(0, first, float(p.admit_rate or math.inf)))
+    pace = (
+        f"admitRate {p.admit_rate:,}: the first move's {first:,.0f} entrants in {first_steps} steps, the last "
+        f"{first_steps - 1} s after the opening"
+        if p.admit_rate is not None
+        else f"no admitRate: the first move admits its {first:,.0f} entrants at once"
+    )
+    sold_text = "never sold out" if scenario.sold_out_at is None else f"sold out at {scenario.sold_out_at:.1f} s"
+    scenario.notes.append(
+        f"{pace} ({p.admit_factor} x {p.stock:,} units); {len(made) - 1} later waves admitting "
+        f"{admitted - first:,.0f}; {sold_text}; the edge answers every other press from second "
+        f"{blind_seconds(p):g} of the sale (the draw closes {p.draw_close_seconds} s before the opening, its first "
+        f"cursor reaches the edge {p.propagation_seconds:g} s later)"
+    )
+    return scenario
 
 
 def model_draw(profile: Profile) -> Scenario:
     p = profile
-    cursor = moves(p)
-    pressing = 1 - p.no_show
-    first = cursor[0][1]
-    arrived = [p.cumulative(i + 1) - p.cumulative(i) for i in range(p.seconds)]
-    blind = p.cumulative(blind_seconds(p))
-    share = first * pressing / p.users
-    forwarded = []
-    for i, a in enumerate(arrived):
-        unseen = max(0.0, min(p.cumulative(i + 1), blind) - p.cumulative(i))
-        forwarded.append(unseen + (a - unseen) * share)
-    for t, admitted in cursor[1:]:  # each wave's entrants press when their move takes effect
-        arrived[t] += admitted * pressing * p.presses
-        forwarded[t] += admitted * pressing * p.presses
-    presses = sum(arrived)
-    admitted = sum(k for _, k in cursor)
-    bought = min(float(p.stock), admitted * pressing)
-    users = admitted * pressing + p.users * blind / p.total
-    notices = len(cursor) + (1 if bought >= p.stock else 0)  # each move, then the sold-out state
-    traffic = Traffic(
-        "draw", True, presses, arrived, forwarded, users, bought, notices, assumed("kvs_reads_per_draw_press")
-    )
-    scenario = sale(p, traffic)
+    scenario = draw_sale(p)
     sale_dollars = scenario.total_dollars
-    _entry_phase(p, scenario)
-    scenario.counts |= {"admitted": admitted, "waves": float(len(cursor) - 1)}
-    scenario.costs, scenario.monthly = price_sale(p, True, scenario.counts)
-    scenario.notes.append(
-        f"{first:,.0f} entrants admitted when the draw closes ({p.admit_factor} x {p.stock:,} units), "
-        f"{len(cursor) - 1} later waves admitting {admitted - first:,.0f}; the edge answers every other press "
-        f"from second {blind_seconds(p):g} of the sale (the draw closes {p.draw_close_seconds} s before the "
-        f"opening, its first cursor reaches the edge {p.propagation_seconds:g} s later)"
-    )
+    checks, per_second, counts, needs = entry_phase(p)
+    scenario.checks = checks + scenario.checks
+    scenario.entry_even = entry_phase(replace(p, rush_share=0.0))[0]
+    scenario.needs = needs
+    scenario.per_second |= per_second
+    c = scenario.counts
+    for key, value in counts.items():
+        c[key] = c.get(key, 0.0) + value
+    scenario.costs, scenario.monthly = price_sale(p, True, c)
     scenario.notes.append(
         f"the sale costs ${sale_dollars:,.2f} of the ${scenario.total_dollars:,.2f}, its entry phase the rest"
     )
     return scenario
 
 
-def _entry_phase(p: Profile, scenario: Scenario) -> None:
-    """Add the entry phase's requests, second by second, and its checks to the scenario."""
-    seconds = entry_seconds(p)
-    entrants = p.users / seconds
+def entry_phase(p: Profile) -> tuple[list[Check], dict[str, list[float]], dict[str, float], dict[str, float]]:
+    """The entry phase, second by second: each entrant's POST entry and look-ups (each through
+    the authorizer, its cache off with the edge) and the draw record's origin fetches at API
+    Gateway; the draw record's reads at the edge. Its checks, series, counts, and the quotas
+    it needs to go through without a 429."""
+    entrants = p.entries()
+    seconds = len(entrants)
     fetches = origin_fetches_per_second(p)
     reads = p.users * p.draw_reads / seconds
-    demand = [entrants * (1 + p.entry_polls) + fetches] * seconds
-    viewers = [entrants * (1 + p.entry_polls) + reads] * seconds
-    rate, burst = apigw_quota(p)
-    admitted = throttle(demand, rate, burst)
-    # One authorizer call per entrant: the look-ups follow the entry within its 30 s cache.
-    auth = [entrants * a / d if d else 0.0 for a, d in zip(admitted, demand, strict=True)]
-    invocations = [a + au for a, au in zip(admitted, auth, strict=True)]
-    share = [a / d if d else 0.0 for a, d in zip(admitted, demand, strict=True)]
-    concurrency = [
-        s
-        * (entrants * p.entry_ms + (entrants * p.entry_polls + fetches) * p.refused_ms + entrants * p.authorizer_ms)
-        / 1000
-        for s in share
-    ]
-    cloudfront = p.cloudfront_rps or figure("cloudfront_rps")
+    asked = [e * (1 + p.entry_polls) + fetches for e in entrants]
+    flow = api_flow(p, asked)
+    horizon = len(flow.demand)
+    tokened = [e * (1 + p.entry_polls) / a if a else 0.0 for e, a in zip(entrants, asked, strict=True)]
+    entered = [e / a if a else 0.0 for e, a in zip(entrants, asked, strict=True)]
+    tokened += [tokened[-1]] * (horizon - seconds)  # the retries, in the last second's mix
+    entered += [entered[-1]] * (horizon - seconds)
+    auth = [a * t for a, t in zip(flow.admitted, tokened, strict=True)]
+    commits = [a * e for a, e in zip(flow.admitted, entered, strict=True)]
+    api_conc = [(c * p.entry_ms + (a - c) * p.refused_ms) / 1000 for a, c in zip(flow.admitted, commits, strict=True)]
+    auth_conc = [a * p.authorizer_ms / 1000 for a in auth]
+    concurrency = [a + b for a, b in zip(api_conc, auth_conc, strict=True)]
+    invocations = [a + b for a, b in zip(flow.admitted, auth, strict=True)]
+    viewers = [e * (1 + p.entry_polls) + reads for e in entrants] + [0.0] * (horizon - seconds)
+    viewers = [v + r for v, r in zip(viewers, flow.retries, strict=True)]
+    redis = [a * assumed("redis_per_authorizer") for a in auth]
     checks = [
-        Check("CloudFront", "requests/s per distribution", cloudfront, max(viewers), first_over(viewers, cloudfront)),
-        apigw_check(rate, burst, demand, admitted, "entry-phase requests"),
-        *lambda_checks(concurrency, invocations),
+        cloudfront_check(p, viewers),
+        apigw_check(p, flow, "entry-phase requests"),
+        *lambda_checks(
+            p,
+            concurrency,
+            invocations,
+            [("SeckillApiFunction", flow.admitted, api_conc), ("the authorizer", auth, auth_conc)],
+        ),
+        rds_check(p, commits, "the entries, each stored durably"),
+        cache_check(p, redis),
     ]
-    scenario.checks = [replace(c, phase="entry") for c in checks] + scenario.checks
-    c = scenario.counts
-    api_in, api_ok = sum(demand), sum(admitted)
-    c |= {
+    # Without a 429: API Gateway's rate at the peak, and Lambda's concurrency for its peak
+    # concurrency and for its request rate (10 x the concurrency).
+    unthrottled = [
+        (e * p.entry_ms + (e * p.entry_polls + fetches) * p.refused_ms + e * (1 + p.entry_polls) * p.authorizer_ms)
+        / 1000
+        for e in entrants
+    ]
+    needs = {
+        "apigw_rps": float(math.ceil(max(asked))),
+        "lambda_concurrency": float(
+            math.ceil(
+                max(
+                    max(unthrottled),
+                    max(a + e * (1 + p.entry_polls) for a, e in zip(asked, entrants, strict=True)) / 10,
+                )
+            )
+        ),
+    }
+    counts = {
         "entrants": float(p.users),
         "entry_polls": p.users * p.entry_polls,
         "draw_reads": p.users * p.draw_reads,
         "draw_origin_fetches": fetches * seconds,
-        "entry_apigw": api_in,
+        "entry_apigw": sum(flow.demand),
+        "retries": sum(flow.retries),
+        "cloudfront_requests": sum(viewers),
+        "waf_requests": sum(viewers),
+        "apigw_requests": sum(flow.demand),
+        "apigw_throttled": flow.throttled,
+        "authorizer_invocations": sum(auth),
+        "rds_statements": float(p.users),  # each entry is stored durably
+        "redis_commands": sum(redis),
     }
-    entry_requests = sum(viewers)
-    c["cloudfront_requests"] += entry_requests
-    c["waf_requests"] += entry_requests
-    c["apigw_requests"] += api_in
-    c["apigw_throttled"] += api_in - api_ok
-    c["authorizer_invocations"] += sum(auth)
-    c["rds_statements"] += float(p.users)  # each entry is stored durably
-    scenario.per_second |= {"entry_cloudfront": viewers, "entry_apigw": demand, "entry_lambda_invocations": invocations}
+    per_second = {
+        "entry_cloudfront": viewers,
+        "entry_apigw": flow.demand,
+        "entry_lambda_invocations": invocations,
+        "entry_rds_commits": commits,
+    }
+    return [replace(c, phase="entry") for c in checks], per_second, counts, needs

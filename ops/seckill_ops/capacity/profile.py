@@ -1,11 +1,13 @@
-"""seckill-capacity's sale profile: who presses, how often and when (the presses' arrival),
-and what the functions cost per call; the model and the prices both read it."""
+"""seckill-capacity's sale profile: who presses, how often and when (the presses' arrival and
+the entries' before a draw), how clients retry, what the functions cost per call and what the
+account's quotas and the data nodes take; the model and the prices both read it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from seckill_ops.capacity.sources import assumed
+from seckill_ops.capacity.sources import assumed, figure
 
 
 @dataclass(frozen=True)
@@ -24,17 +26,25 @@ class Profile:
     reduced_region: bool = False
     apigw_rps: float | None = None  # a raised quota; None: the published default
     cloudfront_rps: float | None = None
+    lambda_concurrency: float | None = None  # the account's quota; None: the published default
     bot_control: bool = False
     accepted_ms: float = assumed("accepted_ms")
     refused_ms: float = assumed("refused_ms")
     authorizer_ms: float = assumed("authorizer_ms")
     persister_ms: float = assumed("persister_ms")
     persister_concurrency: int = int(assumed("persister_concurrency"))
+    retries: int = int(assumed("retries"))
+    retry_seconds: int = int(assumed("retry_seconds"))
+    cache_ops: float = assumed("cache_ops")
+    rds_commits: float = assumed("rds_commits")
     # The draw (--admission draw): its parameters and its entry phase.
     admit_factor: int = int(assumed("admit_factor"))
     draw_close_seconds: int = int(assumed("draw_close_seconds"))
     wave_seconds: int = int(assumed("wave_seconds"))
+    admit_rate: int | None = None  # paced admission; None: each move at once
     entry_minutes: float = assumed("entry_minutes")
+    rush_share: float = assumed("rush_share")
+    rush_minutes: float = assumed("rush_minutes")
     entry_polls: float = assumed("entry_polls")
     draw_reads: float = assumed("draw_reads")
     edge_locations: int = int(assumed("edge_locations"))
@@ -49,6 +59,10 @@ class Profile:
     def accepted(self) -> int:
         return min(self.stock, self.users)
 
+    @property
+    def concurrency_quota(self) -> float:
+        return self.lambda_concurrency or figure("lambda_concurrency")
+
     def cumulative(self, t: float) -> float:
         """Presses arrived by t seconds after the start: the burst's share evenly over its
         seconds, the rest evenly over the remaining ones."""
@@ -57,6 +71,10 @@ class Profile:
         if t <= self.burst_seconds:
             return burst * t / self.burst_seconds
         return burst + (self.total - burst) * (t - self.burst_seconds) / (self.seconds - self.burst_seconds)
+
+    def arrivals(self) -> list[float]:
+        """Presses arriving in each second of the window."""
+        return [self.cumulative(i + 1) - self.cumulative(i) for i in range(self.seconds)]
 
     def when(self, presses: float) -> float:
         """The first t by which ``presses`` presses have arrived (``seconds`` if never)."""
@@ -68,24 +86,12 @@ class Profile:
             lo, hi = (mid, hi) if self.cumulative(mid) < presses else (lo, mid)
         return hi
 
-    def sold_out_at(self) -> float | None:
-        """Each user's presses arrive together, so the stock is gone once stock x presses
-        presses have arrived; never when there are more units than users."""
-        if self.stock >= self.users:
-            return None
-        return self.when(self.accepted * self.presses)
-
-    def edge_from(self) -> float:
-        """When the edge starts answering: once the sold-out state has reached it, and never
-        within its clock skew of the start (it forwards those presses to the gate)."""
-        if self.edge_share is not None:
-            return self.when((1 - self.edge_share) * self.total)
-        sold_out = self.sold_out_at()
-        if sold_out is None:
-            return float(self.seconds)
-        return min(max(sold_out + self.propagation_seconds, assumed("edge_skew_seconds")), float(self.seconds))
-
-    def share_at_edge(self) -> float:
-        if self.edge_share is not None:
-            return self.edge_share
-        return (self.total - self.cumulative(self.edge_from())) / self.total
+    def entries(self) -> list[float]:
+        """Entries arriving in each second of the entry phase: the rush's share rising evenly
+        over its last seconds to a peak at the close, the rest evenly over the whole phase."""
+        n = max(1, math.ceil(self.entry_minutes * 60))
+        rush = min(n, max(1, math.ceil(self.rush_minutes * 60)))
+        even = self.users * (1 - self.rush_share) / n
+        rushing = self.users * self.rush_share
+        ramp = [rushing * (2 * j + 1) / rush**2 for j in range(rush)]  # sums to the rush's entries
+        return [even + (ramp[i - (n - rush)] if i >= n - rush else 0.0) for i in range(n)]

@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from seckill_ops.capacity.costs import plan_choice
+from seckill_ops.capacity.costs import PLAN_NAMES, free_tier, plan_choice
 from seckill_ops.capacity.kvs import Calls, Fleet, calls_before, kvs_calls
 from seckill_ops.capacity.model import (
     DRAW_COUNTS,
@@ -20,15 +20,13 @@ from seckill_ops.capacity.model import (
     before_waf,
     lambda_request_rate,
 )
+from seckill_ops.capacity.pace import PACED, Pacing
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, assumed, figure
-
-# No AWS page says whether API Gateway bills a request it throttles. The page that said it did
-# not is gone; AWS's experts answer on re:Post that it does not.
-THROTTLED_BILLING = "https://repost.aws/questions/QU5y4fo-e3RWyU5r4VmyPIzA/pricing-clarification-for-api-gateway"
+from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, THROTTLED_BILLING, assumed, figure
 
 LAYERS = [  # (count key, label) in the order of the path
     ("presses", "presses"),
+    ("retries", "retries after a 429"),
     ("cloudfront_requests", "CloudFront requests"),
     ("function_invocations", "CloudFront Function invocations"),
     ("kvs_reads", "KeyValueStore reads"),
@@ -43,7 +41,7 @@ LAYERS = [  # (count key, label) in the order of the path
     ("apigw_requests", "API Gateway requests"),
     ("entry_apigw", "  of which in the entry phase"),
     ("apigw_throttled", "  of which throttled (429)"),
-    ("authorizer_invocations", "authorizer invocations (30 s cache per token)"),
+    ("authorizer_invocations", "authorizer invocations (cached 30 s per token without the edge, never with it)"),
     ("api_invocations", "SeckillApiFunction invocations"),
     ("accepted", "accepted presses"),
     ("sqs_sends", "SQS sends"),
@@ -79,18 +77,24 @@ def _price(name: str) -> str:
     return f"{f.value:g} {f.unit}" + ("" if f.checked else " *")
 
 
-def render(profile: Profile, scenarios: list[Scenario], fleet: Fleet, out: Console) -> None:
+def render(
+    profile: Profile, scenarios: list[Scenario], fleet: Fleet, out: Console, pacing: Pacing | None = None
+) -> None:
     p = profile
     out.print(
         f"Sale: {p.users:,} users x {p.presses} presses = {p.total:,} presses for {p.stock:,} units over "
-        f"{p.seconds} s; {p.burst_share:.0%} of the presses in the first {p.burst_seconds} s, the rest evenly after."
+        f"{p.seconds} s; {p.burst_share:.0%} of the presses in the first {p.burst_seconds} s, the rest evenly after; "
+        f"a request answered 429 is sent again {p.retry_seconds} s later, at most {p.retries} times."
     )
     if any(s.counts["entrants"] for s in scenarios):
         out.print(
-            f"Draw: {p.users:,} entries spread evenly over the {p.entry_minutes:g} min before the draw closes "
-            f"({p.draw_close_seconds} s before the opening), {p.entry_polls:g} entry look-ups and {p.draw_reads:g} "
-            f"draw record reads each; admitFactor {p.admit_factor}, waveSeconds {p.wave_seconds}."
+            f"Draw: {p.users:,} entries over the {p.entry_minutes:g} min before the draw closes "
+            f"({p.draw_close_seconds} s before the opening), {p.rush_share:.0%} of them in a rush over the last "
+            f"{p.rush_minutes:g} min rising to the close, the rest evenly; {p.entry_polls:g} entry look-ups and "
+            f"{p.draw_reads:g} draw record reads each; admitFactor {p.admit_factor}, waveSeconds {p.wave_seconds}."
         )
+    if pacing is not None:
+        _render_pacing(pacing, out)
     for s in scenarios:
         for note in s.notes:
             out.print(f"{s.name}: {note}")
@@ -115,7 +119,7 @@ def render(profile: Profile, scenarios: list[Scenario], fleet: Fleet, out: Conso
                 c.quota,
                 "-" if c.limit is None else f"{c.limit:,.0f}",
                 f"{c.peak:,.1f}",
-                "-" if c.exceeded_at is None else f"second {c.exceeded_at}",
+                _second(c),
                 c.note,
             )
     _emit(out, checks)
@@ -129,9 +133,10 @@ def render(profile: Profile, scenarios: list[Scenario], fleet: Fleet, out: Conso
                 f"First wall {s.name}: {_layer(wall)}, {wall.quota}, in second {wall.exceeded_at} "
                 f"(peak {wall.peak:,.0f}, {over} the limit)."
             )
+    _render_entry(p, scenarios, out)
     _render_waf(p, scenarios, out)
 
-    costs = _table("Dollars per sale (no free tier)")
+    costs = _table("Dollars per sale (no free tier; a 429 is not billed)")
     for column in ("scenario", "layer", "item", "quantity", "price", "USD", "USD per million presses"):
         costs.add_column(column)
     for s in scenarios:
@@ -159,21 +164,101 @@ def render(profile: Profile, scenarios: list[Scenario], fleet: Fleet, out: Conso
             )
     _emit(out, costs)
     out.print("Cost per sale: " + "; ".join(f"{s.name} {_money(s.total_dollars)}" for s in scenarios) + ".")
+    out.print(
+        "The free tier takes at most "
+        + "; ".join(f"{_money(free_tier(s.costs))} off {s.name}" for s in scenarios)
+        + " (Lambda's, CloudFront's and SQS's monthly allowances, shared with the account's other use that month)."
+    )
     for s in scenarios:
         throttled = s.counts["apigw_throttled"]
         if throttled:
             out.print(
-                f"API Gateway and its 429s ({s.name}): whether a throttled request is billed is unknown from AWS's "
-                f"pages (AWS's experts say it is not: {THROTTLED_BILLING}); the total counts the {throttled:,.0f} "
-                f"429s, {_money(throttled / 1e6 * figure('price_apigw_http'))} of it."
+                f"API Gateway's 429s ({s.name}): {throttled:,.0f}, not billed (no AWS page says either way; AWS's "
+                f"experts say they are not: {THROTTLED_BILLING}); billed, they would add "
+                f"{_money(throttled / 1e6 * figure('price_apigw_http'))}."
             )
-    _render_plans(fleet, scenarios, out)
+    _render_plans(p, fleet, scenarios, out)
     _render_kvs(fleet, out)
     out.print("* the value is not confirmed on AWS's own page (see seckill-capacity --sources)")
 
 
 def _layer(c: Check) -> str:
     return f"{c.layer} (entry phase)" if c.phase == "entry" else c.layer
+
+
+def _render_pacing(pacing: Pacing, out: Console) -> None:
+    layers = ", ".join(PACED)
+    if pacing.rate is None:
+        wall = pacing.wall
+        where = "" if wall is None else f": {_layer(wall)}, {wall.quota}, in second {wall.exceeded_at}"
+        out.print(
+            f"admitRate: none keeps {layers} under their quotas in every second, even admitting the first move's "
+            f"{pacing.move:,.0f} entrants over an hour{where}."
+        )
+        return
+    sold = pacing.scenario.sold_out_at
+    wall = pacing.wall
+    next_wall = (
+        "it admits the whole first move at once"
+        if wall is None
+        else f"{pacing.rate + 1:,} meets {_layer(wall)}, {wall.quota}, in second {wall.exceeded_at}"
+    )
+    out.print(
+        f"Recommended admitRate {pacing.rate:,}: the largest that keeps {layers} under their quotas in every second "
+        f"of the sale ({next_wall}). The first move's {pacing.move:,.0f} entrants are all admitted "
+        + (
+            "when the draw closes; "
+            if pacing.admission_seconds == 0
+            else f"by {pacing.admission_seconds} s after the opening; "
+        )
+        + ("the stock is never sold out." if sold is None else f"the stock is gone at {sold:.1f} s.")
+    )
+
+
+def _render_entry(p: Profile, scenarios: list[Scenario], out: Console) -> None:
+    drawn = [s for s in scenarios if s.entry_even]
+    if not drawn:
+        return
+    table = _table(
+        f"The entry phase: a {p.rush_share:.0%} rush in the last {p.rush_minutes:g} min against an even spread"
+    )
+    for column in (
+        "scenario",
+        "layer",
+        "quota",
+        "limit",
+        "peak, rush",
+        "first over, rush",
+        "peak, even",
+        "first over, even",
+    ):
+        table.add_column(column)
+    for s in drawn:
+        rushed = [c for c in s.checks if c.phase == "entry"]
+        for r, e in zip(rushed, s.entry_even, strict=True):
+            table.add_row(
+                s.name,
+                r.layer,
+                r.quota,
+                "-" if r.limit is None else f"{r.limit:,.0f}",
+                f"{r.peak:,.1f}",
+                _second(r),
+                f"{e.peak:,.1f}",
+                _second(e),
+            )
+    _emit(out, table)
+    for s in drawn:
+        apigw, concurrency = s.needs["apigw_rps"], s.needs["lambda_concurrency"]
+        if apigw > apigw_quota(p)[0] or concurrency > p.concurrency_quota:
+            out.print(
+                f"The entry phase ({s.name}) goes through without a 429 with API Gateway's account rate at "
+                f"{apigw:,.0f} requests/s and Lambda's concurrency at {concurrency:,.0f} (its request rate 10 x "
+                f"that): quotas AWS raises on request (--apigw-rps {apigw:.0f} --lambda-concurrency {concurrency:.0f})."
+            )
+
+
+def _second(c: Check) -> str:
+    return "-" if c.exceeded_at is None else f"second {c.exceeded_at}"
 
 
 def _render_waf(p: Profile, scenarios: list[Scenario], out: Console) -> None:
@@ -188,7 +273,7 @@ def _render_waf(p: Profile, scenarios: list[Scenario], out: Console) -> None:
     )
 
 
-def _render_plans(fleet: Fleet, scenarios: list[Scenario], out: Console) -> None:
+def _render_plans(p: Profile, fleet: Fleet, scenarios: list[Scenario], out: Console) -> None:
     edged = [s for s in scenarios if s.edge]
     if not edged:
         return
@@ -196,18 +281,24 @@ def _render_plans(fleet: Fleet, scenarios: list[Scenario], out: Console) -> None
     for column in ("scenario", "requests a month", "pay-as-you-go: requests, transfer, WAF", "flat-rate plan"):
         plans.add_column(column)
     for s in edged:
-        choice = plan_choice(s.costs, s.monthly, s.counts["cloudfront_requests"], fleet.sales_per_month)
+        choice = plan_choice(s.costs, s.monthly, s.counts["cloudfront_requests"], fleet.sales_per_month, p.bot_control)
         plan = (
-            "above Premium's allowance: custom pricing"
+            "above Premium's top allowance: custom pricing"
             if choice.plan is None or choice.plan_dollars is None
-            else f"{choice.plan.title()}, {_money(choice.plan_dollars)} *"
+            else f"{PLAN_NAMES[choice.plan]}, {_money(choice.plan_dollars)} *"
         )
+        if choice.spike_of is not None:
+            plan += f" (a first month's spike within 3x {PLAN_NAMES[choice.spike_of]}'s allowance)"
         plans.add_row(s.name, f"{choice.requests:,.0f}", _money(choice.pay_as_you_go), plan)
     _emit(out, plans)
     out.print(
-        "A plan covers the distribution's requests and transfer and WAF, with no overage charges; the function's "
-        "invocations and the store's reads stay priced apart here. The 250,000 requests/s per distribution quota "
-        "does not apply to a distribution on a plan (" + FIGURES["cloudfront_rps"].source + ")."
+        "A plan covers the distribution's requests and transfer and WAF (Bot Control's common bots from Business "
+        "up, the rules' CAPTCHA from Pro up; targeted Bot Control not at all), with no overage charges: a first "
+        "spike up to 3x the allowance leaves the service as it is that month; sustained excess may be served from "
+        "fewer or more distant edge locations. The function's invocations and the store's reads stay priced apart "
+        "here. The 250,000 requests/s per distribution quota does not apply to a distribution on a plan ("
+        + FIGURES["cloudfront_rps"].source
+        + ")."
     )
 
 
@@ -251,10 +342,19 @@ def _wall_json(wall: Check | None) -> dict[str, Any] | None:
     return None if wall is None else asdict(wall)
 
 
-def to_json(profile: Profile, scenarios: list[Scenario], fleet: Fleet) -> dict[str, Any]:
+def to_json(profile: Profile, scenarios: list[Scenario], fleet: Fleet, pacing: Pacing | None = None) -> dict[str, Any]:
     kvs: list[Calls] = kvs_calls(fleet)
     return {
         "profile": asdict(profile) | {"total": profile.total, "accepted": profile.accepted},
+        "pacing": None
+        if pacing is None
+        else {
+            "admit_rate": pacing.rate,
+            "first_move": pacing.move,
+            "admission_seconds": pacing.admission_seconds,
+            "sold_out_at": pacing.scenario.sold_out_at,
+            "next_wall": _wall_json(pacing.wall),
+        },
         "scenarios": [
             {
                 "name": s.name,
@@ -265,6 +365,10 @@ def to_json(profile: Profile, scenarios: list[Scenario], fleet: Fleet) -> dict[s
                 "per_second": s.per_second,
                 "checks": [asdict(c) for c in s.checks],
                 "first_wall": _wall_json(s.first_wall()),
+                "sold_out_at": s.sold_out_at,
+                "entry_even": [asdict(c) for c in s.entry_even],
+                "needs": s.needs,
+                "free_tier_dollars": free_tier(s.costs),
                 "costs": [asdict(c) for c in s.costs],
                 "monthly": [asdict(c) for c in s.monthly],
                 "total_dollars": s.total_dollars,
@@ -301,9 +405,9 @@ def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios), 4.5), sharey=True, squeeze=False)
-    # The edges of each second, the last value repeated so the last second is drawn too.
-    edges = list(range(profile.seconds + 1))
     for ax, s in zip(axes[0], scenarios, strict=True):
+        # The edges of each second, the last value repeated so the last second is drawn too.
+        edges = list(range(len(s.per_second["arrived"]) + 1))
         for (key, label), color in zip(PLOTTED, ("C0", "C1", "C2", "C3", "C4", "C5"), strict=True):
             values = s.per_second[key]
             if any(values):
@@ -313,7 +417,7 @@ def plot(profile: Profile, scenarios: list[Scenario], path: Path) -> None:
                 profile.cloudfront_rps or figure("cloudfront_rps"), linestyle="--", color="C0", label="CloudFront quota"
             )
         ax.axhline(apigw_quota(profile)[0], linestyle=":", color="C1", label="API Gateway quota")
-        ax.axhline(lambda_request_rate(), linestyle="-.", color="C5", label="Lambda request-rate quota")
+        ax.axhline(lambda_request_rate(profile), linestyle="-.", color="C5", label="Lambda request-rate quota")
         ax.set_yscale("symlog", linthresh=100)
         ax.set_title(s.name)
         ax.set_xlabel("second of the sale")

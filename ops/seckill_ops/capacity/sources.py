@@ -32,6 +32,13 @@ _PLAN_PRICE = (
     "the plans' monthly prices are on " + _CF_PRICING + "; read in third-party copies of it (announced "
     "18 November 2025); check it there"
 )
+_PRICE_COPY = "value read in a third-party transcription of this page; check it on the page"
+_LAMBDA_PRICING = "https://aws.amazon.com/lambda/pricing/"
+_CW_PRICING = "https://aws.amazon.com/cloudwatch/pricing/"
+_SCALING = "https://docs.aws.amazon.com/lambda/latest/dg/scaling-behavior.html"
+# No AWS page says whether API Gateway bills a request it throttles: the page that said it did
+# not is gone, and AWS's experts answer on re:Post that it does not. The model follows them.
+THROTTLED_BILLING = "https://repost.aws/questions/QU5y4fo-e3RWyU5r4VmyPIzA/pricing-clarification-for-api-gateway"
 # The launch post of the KeyValueStore: a write reaches the edge locations in "a few seconds".
 KVS_LAUNCH = (
     "https://aws.amazon.com/blogs/aws/"
@@ -71,12 +78,8 @@ FIGURES: dict[str, Figure] = {
             "concurrent executions per account per Region",
             "https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html",
         ),
-        Figure(
-            "lambda_ramp",
-            1_000,
-            "execution environments added per function every 10 s",
-            "https://docs.aws.amazon.com/lambda/latest/dg/scaling-behavior.html",
-        ),
+        Figure("lambda_ramp", 1_000, "execution environments added per function every 10 s", _SCALING),
+        Figure("lambda_ramp_rps", 10_000, "requests/s added per function every 10 s", _SCALING),
         Figure(
             "lambda_request_rate",
             10,
@@ -120,11 +123,12 @@ FIGURES: dict[str, Figure] = {
             "https://docs.aws.amazon.com/cloudfront/latest/APIReference/API_kvs_ListKeys.html",
         ),
         Figure(
-            "elasticache_node_ops",
-            1_000_000,
-            "requests/s per node (r7g.4xlarge, Redis 7.1, simple commands)",
-            "https://aws.amazon.com/blogs/database/achieve-over-500-million-requests-per-second-per-cluster-with-amazon-elasticache-for-redis-7-1/",
-            note="a large node's figure, not the template's default cache.t4g.micro",
+            "rds_gp3_iops",
+            3_000,
+            "baseline IOPS of an RDS gp3 volume under 400 GiB (MySQL)",
+            "https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/CHAP_Storage.html",
+            checked=False,
+            note="value read in third-party material citing this page; check it on the page",
         ),
         Figure(
             "price_lambda_request",
@@ -239,6 +243,102 @@ FIGURES: dict[str, Figure] = {
             _WAF_COST,
         ),
         Figure(
+            "price_captcha_attempt",
+            0.40,
+            "USD per 1,000 CAPTCHA attempts (WAF rules' CAPTCHA action)",
+            "https://aws.amazon.com/waf/pricing/",
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "plan_premium_top",
+            10_000,
+            "USD per month (Premium plan's highest usage level)",
+            _CF_PLANS,
+            False,
+            _PLAN_COPY,
+        ),
+        Figure(
+            "plan_premium_top_requests",
+            6e9,
+            "requests a month (Premium plan's highest usage level)",
+            _CF_PLANS,
+            False,
+            _PLAN_COPY,
+        ),
+        Figure(
+            "plan_spike",
+            3,
+            "x a plan's monthly allowance: a first spike up to it does not affect the service that month",
+            _CF_PLANS,
+            False,
+            _PLAN_COPY,
+        ),
+        Figure(
+            "price_secret_month",
+            0.40,
+            "USD per secret per month",
+            "https://aws.amazon.com/secrets-manager/pricing/",
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "price_logs_ingested",
+            0.50,
+            "USD per GB of CloudWatch Logs ingested (standard, first tier)",
+            _CW_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "price_alarm_month",
+            0.10,
+            "USD per standard-resolution alarm metric per month",
+            _CW_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "free_lambda_requests",
+            1e6,
+            "Lambda requests a month in the free tier",
+            _LAMBDA_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "free_lambda_gb_s",
+            400_000,
+            "Lambda GB-seconds a month in the free tier",
+            _LAMBDA_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "free_cf_requests",
+            10e6,
+            "CloudFront requests a month in the free tier (pay-as-you-go)",
+            _CF_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "free_cf_functions",
+            2e6,
+            "CloudFront Function invocations a month in the free tier",
+            _CF_PRICING,
+            checked=False,
+            note=_PRICE_COPY,
+        ),
+        Figure(
+            "free_sqs_requests",
+            1e6,
+            "SQS requests a month in the free tier",
+            "https://aws.amazon.com/sqs/pricing/",
+            checked=False,
+            note=_SECONDARY,
+        ),
+        Figure(
             "price_sqs_request",
             0.40,
             "USD per million standard-queue requests",
@@ -317,7 +417,73 @@ ASSUMPTIONS: dict[str, Assumption] = {
             "concurrent batches",
             "template.yaml: PersisterMaxConcurrency default (MaximumConcurrency)",
         ),
-        Assumption("authorizer_cache_s", 30, "s", "template.yaml: ReauthorizeEvery (answers cached per token)"),
+        Assumption(
+            "authorizer_cache_s",
+            30,
+            "s",
+            "template.yaml: ReauthorizeEvery, answers cached per token without the edge; with it 0, so the "
+            "authorizer runs on every request API Gateway lets through",
+        ),
+        Assumption(
+            "retries",
+            2,
+            "retries per request answered 429",
+            "assumed: a client tries a throttled request twice more, as the AWS SDKs' standard mode does "
+            "(3 attempts); the edge's answers and the function's are final and never retried",
+        ),
+        Assumption("retry_seconds", 1, "s", "assumed: a retry follows its 429 one second later"),
+        Assumption(
+            "cache_ops",
+            25_000,
+            "commands/s one cache node (shard) takes",
+            "unconfirmed: AWS publishes no requests/s for the template's cache.t4g.micro (Valkey 8.0), a "
+            "burstable 2-vCPU node; assumed a quarter of what one Redis core does with simple commands "
+            "(about 100,000/s), the gate being a Lua script. One voucher's keys live on one shard, so more "
+            "shards do not raise it: a larger node does. Measure yours and set --cache-ops",
+        ),
+        Assumption(
+            "rds_commits",
+            1_500,
+            "durable commits/s the writer takes",
+            "unconfirmed: AWS publishes no commits/s for db.t4g.micro; the gp3 volume's 3,000 baseline IOPS "
+            "(rds_gp3_iops) over the two synchronous writes of a MySQL commit (redo log and binary log, "
+            "both flushed at commit), group commit aside. Set --rds-commits from a measurement",
+        ),
+        Assumption(
+            "rush_share",
+            0.1,
+            "share of the entries",
+            "assumed: a tenth of the entries come in the last --rush-minutes before the close, rising evenly "
+            "to their peak at the close (0: an even spread)",
+        ),
+        Assumption("rush_minutes", 5, "min", "assumed: the last-minute rush's length"),
+        Assumption(
+            "log_bytes",
+            300,
+            "bytes of CloudWatch Logs per Lambda invocation",
+            "assumed: the START, END and REPORT lines Lambda writes, the handlers logging nothing at INFO on "
+            "their fast path",
+        ),
+        Assumption(
+            "access_log_bytes",
+            350,
+            "bytes of CloudWatch Logs per API Gateway request",
+            "template.yaml: AccessLogSettings, one JSON line per request, throttled ones too",
+        ),
+        Assumption(
+            "secrets",
+            3,
+            "Secrets Manager secrets (4 with the edge)",
+            "template.yaml's PassKeysSecret, data/template.yaml's RedisAuthSecret and the secret RDS manages "
+            "(ManageMasterUserPassword); the edge adds OriginSecret",
+        ),
+        Assumption("alarms", 7, "CloudWatch alarms", "template.yaml: its AWS::CloudWatch::Alarm resources"),
+        Assumption(
+            "captcha_share",
+            0.1,
+            "share of the users shown a CAPTCHA (with --bot-control)",
+            "assumed: one attempt for each user Bot Control labels a bot",
+        ),
         Assumption(
             "redis_per_accepted",
             2,
