@@ -3,9 +3,9 @@ injected during the sale, and the table of what absorbed each.
 
 Inside the functions (``seckill_demo.faults``, armed through the local runner's
 worker hook): SQS sends refused or their replies lost, the API crashing after the
-gate, the persister crashing mid-batch. From outside, by this module: Redis
-answers lost on their way back (a proxy between the functions and a Redis of the
-run's own), MySQL connections killed, malformed messages on the queue, the
+gate or once its order is queued, the persister crashing mid-batch. From outside,
+by this module: Redis answers lost on their way back (a proxy between the
+functions and a Redis of the run's own), MySQL connections killed, malformed messages on the queue, the
 persister down while half of the waiting orders are dead-lettered, and Redis
 restarted empty mid-sale. With holds, the faults of the waves after the first:
 expiry messages early, late and deleted, the expiry consumer down, Redis answers
@@ -44,7 +44,7 @@ from seckill_local.ports import free_port
 
 # Per function: every fault on, at rates a 1,000-user sale notices.
 RATES = {
-    "SeckillApiFunction": {"sendFailure": 0.05, "sendReplyLost": 0.05, "sendCrash": 0.02},
+    "SeckillApiFunction": {"sendFailure": 0.05, "sendReplyLost": 0.05, "sendCrash": 0.02, "queuedCrash": 0.04},
     "OrderPersisterFunction": {"persisterCrash": 0.03},
 }
 ARMED = "chaos.armed"  # while this file is in the run's folder, the functions' faults fire
@@ -97,8 +97,9 @@ class Chaos:
         creds: Credentials,
         reconciled: Counter[str],
         on_win: Callable[[Press], None],
+        on_lost: Callable[[Press], None],
     ) -> tuple[list[Press], float]:
-        """The presses, under fire; ``on_win`` is told of each 202."""
+        """The presses, under fire; ``on_win`` is told of each 202, ``on_lost`` of each answer lost."""
         assert self.proxy is not None
         for body in MALFORMED:
             sale.sqs.send_message(QueueUrl=sale.queue_url, MessageBody=body)
@@ -120,7 +121,11 @@ class Chaos:
         )
         with killer:
             result = sale.fire(
-                tokens, progress, on_press=lambda done: done == restart_at and trigger.set(), on_win=on_win
+                tokens,
+                progress,
+                on_press=lambda done: done == restart_at and trigger.set(),
+                on_win=on_win,
+                on_lost=on_lost,
             )
             trigger.set()
             restarter.join()
@@ -250,7 +255,10 @@ class Chaos:
         reconciled: dict[str, int],
         dlq: tuple[int, int],
         poisoned: list[str],
+        holds: dict[str, int] | None = None,
     ) -> list[Fault]:
+        """The faults of the sale and what absorbed each; ``holds``: a holds run's figures, whose
+        buyers ask for their order after a lost answer."""
         log = read_log(self.log)
         injected = Counter(line["fault"] for line in log)
         statuses = Counter(p.status for p in presses)
@@ -286,6 +294,21 @@ class Chaos:
                 "no 202 was given: the user's next press resumes the reservation, or reconciliation fails "
                 "the order id (NOT_QUEUED) and frees the unit",
                 f"reconciliation failed {reconciled.get('failed', 0)}; {statuses[500]} answers 500",
+            ),
+            Fault(
+                "API container crashed after the send, the order queued (before or after its promise)",
+                injected["api-crash-after-send"] + injected["api-crash-after-promise"],
+                "the order stands though its client saw a 500; its next press resumes it (202, its id) while the "
+                "mark is unpromised, else answers DUPLICATE_ORDER with no id: with holds the client asks "
+                "GET /voucher-order/seckill/{voucherId}, finds its order (503 while its request may still run, "
+                "then PENDING, then stored) and pays it like any winner",
+                f"{injected['api-crash-after-send']} before the promise, {injected['api-crash-after-promise']} after"
+                + (
+                    ""
+                    if holds is None
+                    else f"; {holds['answers_lost']} answers lost, {holds['orders_found']} orders found through "
+                    f"my-order, {holds['found_paid']} paid"
+                ),
             ),
             Fault(
                 "persister crashed mid-batch",

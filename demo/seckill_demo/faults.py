@@ -13,9 +13,14 @@ as it would in AWS:
 - ``sendReplyLost``: share of those calls whose message SQS stored but whose
   reply never arrived (a read timeout after the request went out);
 - ``sendCrash``: share of those calls at which the container dies, after the
-  gate reserved and before the message left. Only the order's send: a crash at
-  the sell-out's edge notice, sent after the order's, would fall after the send
-  (a different fault, whose order stands though its client saw a 500);
+  gate reserved and before the message left. Only the order's send, not the
+  sell-out's edge notice, which goes through the same client;
+- ``queuedCrash``: share of those calls after which the container dies once SQS
+  has stored the message: half of them at once (the reservation not yet
+  promised), half just after the promise and the status hint (redis-py's
+  pipeline answered), before the 202 left. Either way the order stands while its
+  client saw a 500, and its next press answers ``DUPLICATE_ORDER`` once the
+  mark is promised or cleared: the client asks for its order instead;
 - ``persisterCrash``: share of database commits after which the container dies,
   mid-batch, before it could answer.
 
@@ -82,7 +87,8 @@ def install(function: str, container: int) -> None:
     send_failure = float(config.get("sendFailure", 0))
     send_crash = float(config.get("sendCrash", 0))
     reply_lost = float(config.get("sendReplyLost", 0))
-    if send_failure or send_crash or reply_lost:
+    queued_crash = float(config.get("queuedCrash", 0))
+    if send_failure or send_crash or reply_lost or queued_crash:
         import boto3
         from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
@@ -104,10 +110,33 @@ def install(function: str, container: int) -> None:
                 record(log, "sqs-send-failure", function=function)
                 raise EndpointConnectionError(endpoint_url=request.url)
 
-        def after_call(**_: Any) -> None:
-            if getattr(current, "order", False) and chance() < reply_lost:
+        def after_call(http_response: Any = None, **_: Any) -> None:
+            if not getattr(current, "order", False):
+                return
+            roll = chance()
+            if roll < queued_crash and http_response is not None and http_response.status_code < 300:
+                if rolls.random() < 0.5:
+                    record(log, "api-crash-after-send", function=function)
+                    os._exit(CRASH_EXIT_CODE)
+                current.crash_after_promise = True  # at the press's next pipeline: the promise's
+            elif roll < queued_crash + reply_lost:
                 record(log, "sqs-reply-lost", function=function)
                 raise ReadTimeoutError(endpoint_url="SendMessage (reply lost, injected)")
+
+        if queued_crash:
+            import redis.client
+
+            execute = redis.client.Pipeline.execute
+
+            def execute_then_maybe_crash(self: Any, raise_on_error: bool = True) -> Any:
+                crash, current.crash_after_promise = getattr(current, "crash_after_promise", False), False
+                answers = execute(self, raise_on_error)
+                if crash:  # only once Redis answered: the promise and the hint are written
+                    record(log, "api-crash-after-promise", function=function)
+                    os._exit(CRASH_EXIT_CODE)
+                return answers
+
+            redis.client.Pipeline.execute = execute_then_maybe_crash
 
         boto3.setup_default_session()
         boto3.DEFAULT_SESSION.events.register("before-parameter-build.sqs.SendMessage", which)

@@ -56,55 +56,86 @@ class HoldsRun:
         self.holds = Holds()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="payer")
         self.running: list[Future[list[Answer]]] = []
+        self.finding: list[Future[None]] = []  # lookups of the orders of lost answers
         self.started: set[int] = set()  # order ids whose winner is on its fate
         self.lock = threading.Lock()
         self.reconciled: Counter[str] = Counter()  # chaos: reconciliation passes while the holds resolve
 
     def winners(self, tokens: dict[int, str], wave: int) -> Callable[[Press], None]:
-        """What to do with each press of the wave answered 202, as soon as it is: start
-        its winner on its fate (once per order: a resumed press has the same id). Wave 1's
-        fates are drawn from --no-show and --cancel; later waves' winners all pay."""
-        chaos, seed, patience = self.chaos, self.args.seed, self.args.drain_timeout
-        # A chaos run's second wave has no-shows too: their deadlines pass while the expiry consumer is down.
-        drawn = wave == 1 or (chaos is not None and wave == 2)
+        """What to do with each press of the wave answered 202, as soon as it is: start its
+        winner on its fate (``start``)."""
 
         def won(press: Press) -> None:
-            order_id, user_id = int(press.order_id or 0), press.user_id
-            with self.lock:
-                if order_id in self.started:
-                    return
-                self.started.add(order_id)
-            draws = rng(seed, "fate", wave, user_id)  # per user: the same whatever order the presses end in
-            roll = draws.random() if drawn else 1.0
-            fate = (
-                "no-show"
-                if roll < self.args.no_show
-                else "cancel"
-                if roll < self.args.no_show + self.args.cancel
-                else "pay"
-            )
-            token = tokens[user_id]
-            if chaos is not None and wave == 1 and draws.random() < EARLY_EXPIRY:
-                # Early (due now, long before the deadline) and duplicated: the function re-delays them.
-                chaos.send_expiries(self.sale, {order_id: (user_id, datetime.now(UTC))}, "expiry-early", copies=2)
-            if fate == "no-show":
-                job = None
-            elif chaos is not None and wave == 1 and draws.random() < RACING[fate]:
-                late = draws.uniform(-0.3, 0.3)
-                job = self.pool.submit(self.payer.at_deadline, order_id, fate, token, patience=patience, late=late)
-                fate = f"{fate} at the deadline"
-            else:
-                again = draws.random() < SAME_PAYMENT_AGAIN
-                job = self.pool.submit(self.payer.settle, order_id, fate, token, patience=patience, again=again)
-            with self.lock:
-                self.holds.fates[fate] += 1
-                if job is not None:
-                    self.running.append(job)
+            self.start(int(press.order_id or 0), press.user_id, tokens[press.user_id], wave)
 
         return won
 
+    def losers(self, tokens: dict[int, str], wave: int) -> Callable[[Press], None]:
+        """What the app does for each press of the wave whose answer was lost (a 5xx, none at
+        all): in the background, it asks for the user's order on the voucher, and a user who
+        holds one goes on as any winner (``find``)."""
+
+        def lost(press: Press) -> None:
+            with self.lock:
+                self.holds.lost_answers.add(press.user_id)
+                self.finding.append(self.pool.submit(self.find, press.user_id, tokens[press.user_id], wave))
+
+        return lost
+
+    def find(self, user_id: int, token: str, wave: int) -> None:
+        """The user's order through ``GET /voucher-order/seckill/{voucherId}``, then its fate."""
+        order = self.payer.find_order(self.sale.voucher_id, token, patience=self.args.drain_timeout)
+        if order is None:
+            return
+        order_id = int(order["orderId"])
+        with self.lock:
+            self.holds.found[order_id] = order["status"]
+        if order["status"] != "FAILED":
+            self.start(order_id, user_id, token, wave)
+
+    def start(self, order_id: int, user_id: int, token: str, wave: int) -> None:
+        """Start a winner on its fate, once per order (a resumed press, or an order found
+        after a lost answer, has the same id). Wave 1's fates are drawn from --no-show and
+        --cancel; later waves' winners all pay."""
+        chaos, seed, patience = self.chaos, self.args.seed, self.args.drain_timeout
+        # A chaos run's second wave has no-shows too: their deadlines pass while the expiry consumer is down.
+        drawn = wave == 1 or (chaos is not None and wave == 2)
+        with self.lock:
+            if order_id in self.started:
+                return
+            self.started.add(order_id)
+        draws = rng(seed, "fate", wave, user_id)  # per user: the same whatever order the presses end in
+        roll = draws.random() if drawn else 1.0
+        fate = (
+            "no-show"
+            if roll < self.args.no_show
+            else "cancel"
+            if roll < self.args.no_show + self.args.cancel
+            else "pay"
+        )
+        if chaos is not None and wave == 1 and draws.random() < EARLY_EXPIRY:
+            # Early (due now, long before the deadline) and duplicated: the function re-delays them.
+            chaos.send_expiries(self.sale, {order_id: (user_id, datetime.now(UTC))}, "expiry-early", copies=2)
+        if fate == "no-show":
+            job = None
+        elif chaos is not None and wave == 1 and draws.random() < RACING[fate]:
+            late = draws.uniform(-0.3, 0.3)
+            job = self.pool.submit(self.payer.at_deadline, order_id, fate, token, patience=patience, late=late)
+            fate = f"{fate} at the deadline"
+        else:
+            again = draws.random() < SAME_PAYMENT_AGAIN
+            job = self.pool.submit(self.payer.settle, order_id, fate, token, patience=patience, again=again)
+        with self.lock:
+            self.holds.fates[fate] += 1
+            if job is not None:
+                self.running.append(job)
+
     def collect(self) -> None:
-        """Wait for every payment and cancel started so far."""
+        """Wait for every lookup of a lost answer's order, then every payment and cancel started so far."""
+        with self.lock:
+            finding, self.finding = self.finding, []
+        for lookup in finding:
+            lookup.result()
         with self.lock:
             running, self.running = self.running, []
         for future in running:
@@ -177,7 +208,7 @@ class HoldsRun:
                 break
             wave += 1
             self.sampler.mark(f"wave {wave}")
-            more, _ = sale.fire(fresh, progress, on_win=self.winners(fresh, wave))
+            more, _ = sale.fire(fresh, progress, on_win=self.winners(fresh, wave), on_lost=self.losers(fresh, wave))
             presses.extend(more)
             tokens.update(fresh)
             sale.wait_drained(progress, f"wave {wave}: persisting", need_decided=len(promised(presses)))

@@ -27,6 +27,8 @@ class Holds:
     answers: list[Answer] = field(default_factory=list)
     waves: int = 1
     why_unsold: str = ""  # empty when every unit ended paid
+    lost_answers: set[int] = field(default_factory=set)  # users a press's answer of was lost (a 5xx, none)
+    found: dict[int, str] = field(default_factory=dict)  # order id -> its status, as their lookup found it
 
     def figures(self, outcome: HoldsOutcome, stock: int) -> dict[str, int]:
         """The report's figures about the holds."""
@@ -44,6 +46,10 @@ class Holds:
             "same_payment_again": sum(a.action == "pay" for a in self.answers)
             - self.fates["pay"]
             - self.fates["pay at the deadline"],
+            # Lost answers, the orders their users found through GET /voucher-order/seckill/{voucherId}, paid.
+            "answers_lost": len(self.lost_answers),
+            "orders_found": sum(status != "FAILED" for status in self.found.values()),
+            "found_paid": sum(outcome.states.get(order_id) == "PAID" for order_id in self.found),
         }
 
 
@@ -181,3 +187,18 @@ def check_holds(outcome: HoldsOutcome, holds: Holds, statuses: dict[int, str], *
             f"{len(statuses)} orders asked" + (f"; disagree: {'; '.join(seen[:3])}" if seen else ""),
         ),
     ]
+
+
+def check_known(outcome: HoldsOutcome, holds: Holds, answered: set[int]) -> Check:
+    """Every stored order's buyer knows its id: answered 202 with it (``answered``), or found it
+    through ``GET /voucher-order/seckill/{voucherId}`` after the answer was lost. Else a win was
+    lost to a lost answer: its buyer could never pay, and the hold would only expire."""
+    unknown = sorted(set(outcome.states) - answered - set(holds.found))
+    found = len(set(outcome.states) & set(holds.found) - answered)
+    return Check(
+        "every buyer whose press was accepted knows their order id",
+        not unknown,
+        f"{len(outcome.states)} orders stored: {len(set(outcome.states) & answered)} answered 202, {found} more "
+        f"found through GET /voucher-order/seckill/{{voucherId}}"
+        + (f"; unknown to their buyers: {', '.join(map(str, unknown[:3]))}" if unknown else ""),
+    )

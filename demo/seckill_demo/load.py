@@ -1,6 +1,7 @@
 """The load generator: every user's presses, shuffled, fired with a bounded number
 in flight, each press as the client app makes it (a 503 TRY_AGAIN is pressed
-again after a short pause), with the latency of every answer."""
+again after a short pause; a press whose answer was lost is reported, so that the
+app can ask for its order), with the latency of every answer."""
 
 from __future__ import annotations
 
@@ -47,10 +48,11 @@ def fire(
     on_press: Callable[[int], None] = lambda done: None,
     on_win: Callable[[Press], None] = lambda press: None,
     passes: Mapping[int, str] | None = None,
+    on_lost: Callable[[Press], None] = lambda press: None,
 ) -> tuple[list[Press], float]:
     """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken).
-    ``on_win`` is told of every press answered 202 as soon as it is. A user with a pass in
-    ``passes`` (a draw sale's) sends it with each press."""
+    ``on_win`` is told of every press answered 202 as soon as it is, ``on_lost`` of every press
+    whose answer was lost. A user with a pass in ``passes`` (a draw sale's) sends it with each press."""
     plan = [user for user in tokens for _ in range(presses)]
     rng(seed, "plan").shuffle(plan)
     url = f"{api_url}/voucher-order/seckill/{voucher_id}"
@@ -83,6 +85,8 @@ def fire(
             attempts.append(attempt(user_id))
         if attempts[-1].status == 202:
             on_win(attempts[-1])
+        elif lost(attempts[-1]):
+            on_lost(attempts[-1])
         progress.advance(task)
         on_press(next(done))
         return attempts
@@ -91,6 +95,13 @@ def fire(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = [a for attempts in pool.map(press, range(len(plan))) for a in attempts]
     return results, time.perf_counter() - started
+
+
+def lost(press: Press) -> bool:
+    """No answer, or a 5xx that is not TRY_AGAIN (which promises that no order exists): the
+    press may have placed an order its client holds no id for (a function that died after
+    queueing it, a timeout)."""
+    return press.status == 0 or (press.status >= 500 and press.code != "TRY_AGAIN")
 
 
 def promised(presses: list[Press]) -> set[tuple[int, int]]:

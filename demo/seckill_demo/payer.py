@@ -1,6 +1,6 @@
 """The payment service and the winners of a sale with holds: payments signed like
-the admin calls, cancels and status reads with the user's token, the deadline raced
-on purpose in a chaos run, and what each was answered."""
+the admin calls, cancels, status reads and the lookup of one's order with the user's
+token, the deadline raced on purpose in a chaos run, and what each was answered."""
 
 from __future__ import annotations
 
@@ -57,6 +57,21 @@ class Payer:
         url = f"{self.user_url}/voucher-order/{order_id}/cancel"
         response = self.http.request("POST", url, headers={"authorization": token})
         return answer(order_id, "cancel", response.status, json.loads(response.data) if response.data else None)
+
+    def find_order(self, voucher_id: int, token: str, *, patience: float) -> dict[str, Any] | None:
+        """The user's own order on the voucher (``GET /voucher-order/seckill/{voucherId}``), as the
+        app asks for it after a press's answer was lost; 503 TRY_AGAIN (a press still being
+        placed, a dependency down) is asked again for ``patience`` seconds. None: none found."""
+        url = f"{self.user_url}/voucher-order/seckill/{voucher_id}"
+        deadline = time.monotonic() + patience
+        while True:
+            response = self.http.request("GET", url, headers={"authorization": token})
+            if response.status == 200:
+                order: dict[str, Any] = json.loads(response.data)["data"]
+                return order
+            if response.status != 503 or time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
 
     def at_deadline(self, order_id: int, action: str, token: str, *, patience: float, late: float) -> list[Answer]:
         """Pay or cancel ``late`` seconds after the order's payBy (before it, if negative):

@@ -120,6 +120,7 @@ class Sale:
         progress: Progress,
         on_press: Callable[[int], None] = lambda done: None,
         on_win: Callable[[Press], None] = lambda press: None,
+        on_lost: Callable[[Press], None] = lambda press: None,
     ) -> tuple[list[Press], float]:
         """Every user's presses (see ``seckill_demo.load``)."""
         args = self.args
@@ -135,6 +136,7 @@ class Sale:
             on_press,
             on_win,
             self.passes,
+            on_lost,
         )
 
     def redeliver(self, presses: list[Press]) -> int:

@@ -40,7 +40,7 @@ from seckill_demo.edge import (
 )
 from seckill_demo.edge_faults import edge_faults, edge_faults_table
 from seckill_demo.holds import HoldsRun
-from seckill_demo.holds_outcome import HoldsOutcome, check_holds, return_lag
+from seckill_demo.holds_outcome import HoldsOutcome, check_holds, check_known, return_lag
 from seckill_demo.load import TOKEN_TTL, promised
 from seckill_demo.report import Check, Outcome, Report, check_invariants
 from seckill_demo.sale import LocalSale, console, decided, finish, progress_bars
@@ -82,10 +82,12 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         run = HoldsRun(sale, sampler, chaos, crowd) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
+        # And the buyers whose answer was lost ask for their order (GET /voucher-order/seckill/{voucherId}).
+        on_lost = run.losers(tokens, wave=1) if run is not None else lambda press: None
         if chaos is not None:
-            presses, wall = chaos.fire(sale, tokens, progress, creds, reconciled, on_win)
+            presses, wall = chaos.fire(sale, tokens, progress, creds, reconciled, on_win, on_lost)
         else:
-            presses, wall = sale.fire(tokens, progress, on_win=on_win)
+            presses, wall = sale.fire(tokens, progress, on_win=on_win, on_lost=on_lost)
         sampler.mark("wave 1 ends")
         if run is not None and chaos is not None:
             # From here to the end: Redis answers lost, those of the gives-back among them.
@@ -172,6 +174,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
             )
         )
     confirmed, failed = decided(sale.db, sale.voucher_id)  # with the later waves' orders
+    holds = run.holds.figures(held, args.stock) if held is not None and run is not None else None
     report = Report(
         **sale.figures(rush, wall),
         confirmed=confirmed,
@@ -182,7 +185,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         redelivered=redelivered,
         reconciliation=dict(reconciled),
         checks=checks,
-        faults=chaos.faults_table(sale, presses, reconciled, dlq, poisoned) if chaos is not None else [],
+        faults=chaos.faults_table(sale, presses, reconciled, dlq, poisoned, holds) if chaos is not None else [],
         plot=plot,
         edge=edge_report,
         edge_plot=edge_plot,
@@ -203,5 +206,6 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
                 refused = next(c for c in edge_checks if c.name.startswith("no unit refused")).detail
                 report.faults.extend(edge_faults_table(chaos.log, f"see checks: {refused}"))
         report.checks.extend(check_holds(held, run.holds, {i: s for i, (s, _) in statuses.items()}, stock=args.stock))
-        report.holds = run.holds.figures(held, args.stock)
+        report.checks.append(check_known(held, run.holds, {order_id for order_id, _ in promised(presses)}))
+        report.holds = holds
     return finish(report, args)

@@ -184,6 +184,26 @@ def order_status(orderId: openapi.IdText) -> Response[str]:
     return results.ok(orders.order_status(db, redis, order_id, user_id))
 
 
+@app.get(
+    "/voucher-order/seckill/<voucherId>",
+    operation_id="getMyOrder",
+    summary="The caller's own order on this voucher, as the status route shows it (PENDING from its press's 202): "
+    "how a buyer whose answer was lost learns its order id; 503 also while that press is still being placed",
+    **openapi.user_route(
+        {
+            200: openapi.answer("The caller's order", openapi.OrderStatusResult),
+            400: openapi.refused("The voucher id is not a positive 64-bit integer", "BAD_REQUEST"),
+            404: openapi.refused(
+                "The caller has no order on it, or no such seckill voucher", "ORDER_NOT_FOUND", "VOUCHER_NOT_FOUND"
+            ),
+        }
+    ),
+)
+def my_order(voucherId: openapi.IdText) -> Response[str]:
+    user_id = user_of(app.current_event.raw_event)
+    return results.ok(orders.my_order(db, redis, parse_id(voucherId, "voucherId"), user_id))
+
+
 def answered(answer: dict[str, Any] | Refusal) -> Response[str]:
     """A hold's new fate, or the refusal that says why not."""
     return refused(answer) if isinstance(answer, Refusal) else results.ok(answer)

@@ -128,6 +128,13 @@ def read_order(cursor: DictCursor, order_id: int, user_id: int | None = None) ->
     return None if row is None else order_of(row)
 
 
+def read_users_order(cursor: DictCursor, voucher_id: int, user_id: int) -> Order | None:
+    """The user's stored order on the voucher (at most one: ``uk_user_voucher``), without locks."""
+    cursor.execute(f"{_SELECT_ORDER} WHERE o.user_id = %s AND o.voucher_id = %s", (user_id, voucher_id))
+    row = cursor.fetchone()
+    return None if row is None else order_of(row)
+
+
 @dataclass(frozen=True)
 class _Locked:
     order: Order

@@ -259,6 +259,10 @@ def test_chaos_with_holds_holds_every_invariant(tmp_path: Path, sale_db: str, se
             "a press's send refused after the sell-out was published"} <= set(faults)  # fmt: skip
     checks = {c["name"]: c["ok"] for c in report["checks"]}
     assert checks["no unit refused at the edge longer than the bound while on sale"] is True
+    # A container dead once its order was queued: its buyer finds the order (GET /voucher-order/seckill/{id}).
+    assert "API container crashed after the send, the order queued (before or after its promise)" in faults
+    assert checks["every buyer whose press was accepted knows their order id"] is True
+    assert report["holds"]["found_paid"] <= report["holds"]["orders_found"]
 
 
 def test_a_draw_sale_admits_only_the_drawn_and_waves_admit_more(tmp_path: Path, sale_db: str, seed: int) -> None:

@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from seckill_demo.holds_outcome import Holds, HoldsOutcome, check_holds
-from seckill_demo.load import percentiles
+from seckill_demo.holds_outcome import Holds, HoldsOutcome, check_holds, check_known
+from seckill_demo.load import Press, lost, percentiles
 from seckill_demo.payer import Answer
 from seckill_demo.report import Report, render
 
@@ -79,3 +79,41 @@ def test_the_report_shows_the_holds_and_the_plot() -> None:
     assert "4 / 1 / 1" in text  # paid / expired / cancelled
     assert "2 / 2" in text  # resold / waves
     assert f"stock plot: /tmp/{'a' * 70}/stock.png" in text  # whole, however narrow the terminal
+
+
+def test_every_stored_order_must_be_known_to_its_buyer() -> None:
+    """Order 6's answer was lost: its buyer knows it only by finding it (GET /voucher-order/seckill/{id})."""
+    answered = {1, 2, 3, 4, 5}
+    known = check_known(outcome(), Holds(found={6: "PENDING"}), answered)
+    assert known.ok, known.detail
+    assert "5 answered 202, 1 more found" in known.detail
+    unknown = check_known(outcome(), Holds(found={7: "FAILED"}), answered)
+    assert not unknown.ok
+    assert "unknown to their buyers: 6" in unknown.detail
+
+
+def test_a_lost_answer_is_a_5xx_other_than_try_again_or_none() -> None:
+    def press(status: int, code: str | None) -> Press:
+        return Press(1, status, code, None, 1.0)
+
+    assert lost(press(0, "ReadTimeoutError"))
+    assert lost(press(500, "Internal Server Error"))
+    assert lost(press(504, None))
+    assert not lost(press(503, "TRY_AGAIN"))  # promises that no order exists
+    assert not lost(press(409, "DUPLICATE_ORDER"))
+    assert not lost(press(202, None))
+
+
+def test_the_report_counts_the_lost_answers_and_what_their_buyers_found() -> None:
+    holds = Holds(lost_answers={10, 11, 12}, found={6: "CONFIRMED", 3: "PENDING", 9: "FAILED"})
+    figures = holds.figures(outcome(), stock=4)
+    assert (figures["answers_lost"], figures["orders_found"], figures["found_paid"]) == (3, 2, 1)
+    report = Report(
+        voucher_id=1, seed=1, users=10, stock=4, presses_per_user=1, requests=10, accepted=4, refusals={},
+        errors=0, wall_seconds=1.0, throughput_rps=10.0, latency_ms=percentiles([5.0]), confirmed=6, failed=0,
+        failed_reasons={}, redis_stock=0, mysql_stock=0, redelivered=4, reconciliation={}, holds=figures,
+    )  # fmt: skip
+    out = Console(file=io.StringIO(), width=120)
+    render(report, out)
+    assert "answers lost: orders found through my-order / paid" in out.file.getvalue()
+    assert "3: 2 / 1" in out.file.getvalue()

@@ -32,6 +32,7 @@ def test_template_routes_with_their_auth(template: Template) -> None:
     routes = {(route.method, route.path, route.auth, fn.logical_id) for route, fn in template.routes()}
     assert routes == {
         ("POST", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
+        ("GET", "/voucher-order/seckill/{voucherId}", "default", "SeckillApiFunction"),
         ("POST", "/voucher-order/seckill/{voucherId}/entry", "default", "SeckillApiFunction"),
         ("GET", "/voucher-order/seckill/{voucherId}/entry", "default", "SeckillApiFunction"),
         ("GET", "/voucher/seckill/{voucherId}/draw", "NONE", "SeckillApiFunction"),
@@ -43,18 +44,24 @@ def test_template_routes_with_their_auth(template: Template) -> None:
         ("POST", "/voucher", "AWS_IAM", "SeckillApiFunction"),
         ("POST", "/voucher/seckill/{voucherId}/stop", "AWS_IAM", "SeckillApiFunction"),
     }
-    by_path = {route.path: route for route, _ in template.routes()}
-    seckill = by_path["/voucher-order/seckill/{voucherId}"]
+    by_route = {(route.method, route.path): route for route, _ in template.routes()}
+    seckill = by_route["POST", "/voucher-order/seckill/{voucherId}"]
     assert seckill.match("POST", "/voucher-order/seckill/42") == {"voucherId": "42"}
     assert seckill.match("post", "/voucher-order/seckill/42") == {"voucherId": "42"}
     assert seckill.match("GET", "/voucher-order/seckill/42") is None
     assert seckill.match("POST", "/voucher-order/seckill/42/x") is None
     assert seckill.match("POST", "/voucher-order/seckill/") is None
-    status = by_path["/voucher-order/{orderId}"]
+    mine = by_route["GET", "/voucher-order/seckill/{voucherId}"]
+    assert mine.match("GET", "/voucher-order/seckill/42") == {"voucherId": "42"}
+    assert mine.match("GET", "/voucher-order/seckill/42/entry") is None
+    assert mine.match("GET", "/voucher-order/42") is None
+    status = by_route["GET", "/voucher-order/{orderId}"]
     assert status.match("GET", "/voucher-order/seckill/42") is None
     assert status.match("GET", "/voucher-order/42/payment") is None
-    assert by_path["/voucher-order/{orderId}/cancel"].match("POST", "/voucher-order/42/cancel") == {"orderId": "42"}
-    assert by_path["/voucher"].match("POST", "/voucher/seckill") is None
+    assert by_route["POST", "/voucher-order/{orderId}/cancel"].match("POST", "/voucher-order/42/cancel") == {
+        "orderId": "42"
+    }
+    assert by_route["POST", "/voucher"].match("POST", "/voucher/seckill") is None
 
 
 def test_template_authorizer_queues_and_event_source(template: Template) -> None:

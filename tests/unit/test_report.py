@@ -93,3 +93,18 @@ def test_an_order_nobody_was_answered_202_for_is_named() -> None:
     failed = next(c for c in checks if c.name == "a 503 leaves no order")
     assert not failed.ok
     assert failed.detail == "1 confirmed orders whose user was never answered 202 with their id; order 9 of user 2"
+
+
+def test_an_order_whose_press_lost_its_answer_may_stand() -> None:
+    """A 500 (the function died after queueing the order) or no answer promises nothing: the order
+    stands, and the buyer asks for it; only 503 TRY_AGAIN promises that none exists."""
+    presses = [
+        Press(1, 500, "Internal Server Error", None, 5.0, 100.0),
+        Press(1, 409, "DUPLICATE_ORDER", None, 5.0, 100.1),
+        Press(2, 0, "ReadTimeoutError", None, 30000.0, 100.2),
+    ]
+    outcome = Outcome({7: 1, 9: 2}, set(), mysql_stock=0, redis_stock=0, pending=0)
+    checks = check_invariants(outcome, presses, Counter(), stock=2, users=2, chaos=True)
+    check = next(c for c in checks if c.name == "a 503 leaves no order")
+    assert check.ok, check.detail
+    assert check.detail.endswith("; 2 more of users whose answer was lost (a 5xx, none)")

@@ -353,6 +353,16 @@ def test_the_entry_routes_reach_the_api_as_the_other_user_routes(edge: Template)
     assert entry["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
 
 
+def test_my_order_is_forwarded_with_the_token_and_never_cached(edge: Template) -> None:
+    """GET /voucher-order/seckill/{voucherId} shares the press's path: the press function passes a GET
+    on untouched (edge/press.js), and each caller's answer is their own."""
+    mine = behavior_for(distribution(edge), "/voucher-order/seckill/42")
+    assert "GET" in mine["AllowedMethods"]
+    assert functions_of(mine) == [PRESS]
+    assert mine["CachePolicyId"] == CACHING_DISABLED
+    assert mine["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER  # the authorization header too
+
+
 def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(template: Template, edge: Template) -> None:
     config = distribution(edge)
     served = 0
@@ -366,8 +376,9 @@ def test_user_routes_are_served_and_signed_routes_are_refused_at_the_edge(templa
             assert route.method in behavior["AllowedMethods"], route.path
             assert DENY not in functions_of(behavior), route.path
             served += 1
-    # The press, the order's status, the cancel, the voucher list, a draw's entry (both) and record.
-    assert served == 7
+    # The press, the caller's order on a voucher, the order's status, the cancel, the voucher list,
+    # a draw's entry (both) and record.
+    assert served == 8
     press = behavior_for(config, "/voucher-order/seckill/42")
     assert functions_of(press) == [PRESS]
     assert "POST" in press["AllowedMethods"]

@@ -1,27 +1,42 @@
-"""Placing a seckill order (gate, with its order id -> queue) and reading its status."""
+"""Placing a seckill order (gate, with its order id -> queue), reading its status, and finding
+a user's order on a voucher."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pymysql.cursors import DictCursor
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from seckill import hints, holds
 from seckill.draw.moves import NO_CLOCK, ClockQueue, wake
 from seckill.edge.state import NO_EDGE, StateQueue
 from seckill.hints import FAILED, PENDING
+from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
 from seckill.infra.errors import NotFound, Refusal, TryAgain
 from seckill.infra.timeutil import from_db, from_ms
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import fail_unqueued
-from seckill.press.gate import ENDED, NO_PASS, NOT_ADMITTED, NOT_FOUND, REFUSALS, Gate, Reservation, Unmoved, Unsent
+from seckill.press.gate import (
+    ENDED,
+    NO_PASS,
+    NOT_ADMITTED,
+    NOT_FOUND,
+    REFUSALS,
+    Gate,
+    Mark,
+    Reservation,
+    Unmoved,
+    Unsent,
+)
+from seckill.repair.reconcile import MIN_PENDING_AGE
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
@@ -184,17 +199,7 @@ def order_status(db: Database, redis: RedisClient, order_id: int, user_id: int) 
 
     def lookup(cursor: DictCursor) -> dict[str, Any] | None:
         order = holds.read_order(cursor, order_id, user_id)
-        if order is not None:
-            return order.data()
-        cursor.execute(
-            "SELECT voucher_id, reason FROM tb_voucher_order_rejection WHERE order_id = %s AND user_id = %s",
-            (order_id, user_id),
-        )
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        created = hints.created_at(order_id, FAILED, None)
-        return hints.status(order_id, int(row["voucher_id"]), user_id, FAILED, row["reason"], created)
+        return order.data() if order is not None else _failed(cursor, user_id, order_id=order_id)
 
     try:
         data = db.run(lookup, read_only=True)
@@ -210,3 +215,101 @@ def order_status(db: Database, redis: RedisClient, order_id: int, user_id: int) 
     if not hints.cache_complete(redis):
         raise TryAgain("the order's status is briefly unavailable, please try again")
     raise NotFound("order not found", code="ORDER_NOT_FOUND")
+
+
+def _failed(
+    cursor: DictCursor, user_id: int, *, order_id: int | None = None, voucher_id: int | None = None
+) -> dict[str, Any] | None:
+    """The status of an order MySQL refused: this one (``order_id``), or the user's latest
+    on ``voucher_id``; None if there is none of the user's."""
+    select = "SELECT order_id, voucher_id, reason FROM tb_voucher_order_rejection"
+    if order_id is not None:
+        cursor.execute(f"{select} WHERE order_id = %s AND user_id = %s", (order_id, user_id))
+    else:
+        # The voucher's refusals are a few (orders the gate accepted and MySQL refused), never its presses.
+        cursor.execute(
+            f"{select} WHERE voucher_id = %s AND user_id = %s ORDER BY order_id DESC LIMIT 1", (voucher_id, user_id)
+        )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    refused = int(row["order_id"])
+    created = hints.created_at(refused, FAILED, None)
+    return hints.status(refused, int(row["voucher_id"]), user_id, FAILED, row["reason"], created)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What MySQL holds of a user's order on a voucher: its status (None: nothing decided),
+    and whether the seckill voucher exists at all."""
+
+    data: dict[str, Any] | None
+    voucher_known: bool = True
+
+
+def my_order(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> dict[str, Any]:
+    """The caller's own order on a voucher, as the status route shows it: how a buyer whose
+    press's answer was lost (a timeout, a 5xx after the order was queued) learns its id.
+
+    The reservation mark is read first, then MySQL, so an order decided (and its mark cleared)
+    in between is found in MySQL. A stored order is the answer (one per user and voucher);
+    else the mark's order: FAILED if MySQL refused it, else PENDING while a client was or may
+    have been told 202 for it (promised, or left by a request that is gone, which may have
+    queued it: the persister stores it or reconciliation fails it, decided either way). A
+    younger unpromised mark's request may still be running and may yet give it back: 503.
+    Without a mark, the user's latest refused order; else 404, or 503 while Redis cannot say
+    (docs/reservations.md, "Finding one's order").
+    """
+    try:
+        mark = _mark(redis, voucher_id, user_id)
+    except RedisError:
+        mark = None
+    # Without a mark, Redis must hold its data (and answer) for "no order on its way" to be
+    # true; otherwise only MySQL's stored order is certain.
+    certain = mark is not None or hints.cache_complete(redis)
+
+    def lookup(cursor: DictCursor) -> _Stored:
+        order = holds.read_users_order(cursor, voucher_id, user_id)
+        if order is not None:
+            return _Stored(order.data())
+        if mark is not None:
+            return _Stored(_failed(cursor, user_id, order_id=mark.order_id))
+        if certain and (failed := _failed(cursor, user_id, voucher_id=voucher_id)) is not None:
+            return _Stored(failed)
+        cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
+        return _Stored(None, cursor.fetchone() is not None)
+
+    told = mark is not None and (mark.promised or _request_gone(redis, mark))
+    try:
+        stored = db.run(lookup, read_only=True)
+    except Exception as exc:
+        # MySQL is down: an order a client holds a 202 for is still PENDING (or just decided).
+        if not told or not is_connection_error(exc):
+            raise
+        stored = _Stored(None)
+    if stored.data is not None:
+        return stored.data
+    if not stored.voucher_known:
+        raise NotFound("voucher not found", code="VOUCHER_NOT_FOUND")
+    if mark is not None:
+        if not told:
+            raise TryAgain("the order is still being placed, please try again")
+        return hints.status(mark.order_id, voucher_id, user_id, PENDING, None, from_ms(mark.accepted_ms))
+    if not certain:
+        raise TryAgain("the order is briefly unavailable, please try again")
+    raise NotFound("order not found", code="ORDER_NOT_FOUND")
+
+
+def _mark(redis: RedisClient, voucher_id: int, user_id: int) -> Mark | None:
+    raw = redis.hget(keys.pending(voucher_id), str(user_id))
+    return Mark.parse(raw) if raw else None
+
+
+def _request_gone(redis: RedisClient, mark: Mark) -> bool:
+    """The request that made an unpromised mark is over (by the Redis server's clock, which
+    stamped the mark): past the age after which reconciliation resolves it."""
+    try:
+        seconds, micros = redis.time()
+    except RedisError:
+        return False
+    return seconds * 1000 + micros // 1000 - mark.accepted_ms >= MIN_PENDING_AGE.total_seconds() * 1000
