@@ -12,6 +12,7 @@ import pytest
 from seckill import passes
 from seckill.draw.tickets import (
     admitted,
+    ahead,
     commitment,
     early_ticket,
     late_ticket,
@@ -170,3 +171,17 @@ def test_a_paced_move_is_split_into_steps_of_at_most_the_rate() -> None:
     assert step_sizes(0, 5) == [0]
     sizes = step_sizes(100_001, 1000)
     assert (len(sizes), sum(sizes), max(sizes)) == (101, 100_001, 1000)
+
+
+def test_ahead_is_estimated_from_the_tickets_arithmetic() -> None:
+    rng = random.Random(7)
+    early = sorted(f"0{rng.getrandbits(64):016x}" for _ in range(20_000))
+    late = [late_ticket(n) for n in range(1, 51)]
+    everyone = early + late
+    for cursor in (None, early[5_000], late_ticket(10)):
+        for ticket in (early[100], early[12_345], early[-1], late[0], late[30]):
+            exact = sum(1 for t in everyone if not admitted(t, cursor) and t < ticket)
+            estimate = ahead(ticket, cursor, len(early), len(late))
+            # Uniform tickets: within a few standard deviations of a binomial count.
+            assert abs(estimate - exact) <= 4 * max(1.0, (exact or 1) ** 0.5) + 2, (cursor, ticket, exact, estimate)
+    assert ahead(early[10], early[20], len(early), 0) == 0  # admitted

@@ -52,3 +52,19 @@ def step_sizes(admit: int, rate: int | None) -> list[int]:
         return [admit]
     full, rest = divmod(admit, rate)
     return [rate] * full + ([rest] if rest else [])
+
+
+def ahead(ticket: str, cursor: str | None, early: int, late: int) -> int:
+    """About how many entrants not yet admitted hold a smaller ticket, from the tickets'
+    arithmetic alone (no scan): early tickets are uniform over 16 hex digits, so the
+    share of the ``early`` entrants between the cursor and the ticket is their distance
+    over 2^64; late tickets count one by one (``late``: the late entrants so far)."""
+    if admitted(ticket, cursor):
+        return 0
+    low = 0 if cursor is None or cursor[0] != "0" else int(cursor[1:], 16)
+    if ticket[0] == "0":
+        return round((int(ticket[1:], 16) - low) / 2**64 * early)
+    sequence = min(int(ticket[1:], 16), late + 1)
+    if cursor is not None and cursor[0] == "1":
+        return max(0, sequence - int(cursor[1:], 16))
+    return round((2**64 - low) / 2**64 * early) + sequence - 1
