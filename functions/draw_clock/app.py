@@ -2,8 +2,9 @@
 
 Each record names a draw and the ``at`` of a move; ``seckill.draw.moves.tick``
 decides it if it is due and the draw's next, records it in MySQL, sends the
-clock's next message and publishes every recorded move to Redis. A move then
-goes to the edge (``StateQueue.notice``). A malformed record or a failed tick is a
+clock's next message and publishes every recorded move to Redis, with how far the
+moves are decided. Every tick that decided something (a move, or none) then goes to the
+edge (``StateQueue.notice``), so the edge tells "no move" from "not heard yet". A malformed record or a failed tick is a
 batch item failure: SQS retries it, and after maxReceiveCount moves it to
 DrawClockDeadLetterQueue (the reconciler restarts a clock whose message is overdue).
 """
@@ -44,6 +45,8 @@ clock = ClockQueue(sqs, settings.draw_clock_queue_url)
 edge = StateQueue(sqs, settings.edge_state_queue_url, metrics)
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
+# The ticks that move the draw's decided on.
+NOTICED = {Tick.MOVED, Tick.STILL, Tick.MISSED}
 # Moves made, and waves whose message came too late to be decided before they took effect.
 COUNTED = {Tick.MOVED: "DrawMoves", Tick.MISSED: "DrawWavesMissed"}
 
@@ -53,7 +56,7 @@ def handle(record: SQSRecord) -> None:
     """One clock message; raises to make the record a batch item failure."""
     message = ClockMessage.from_json(record.body)
     decided = tick(db, redis, clock, message)
-    if decided.tick is Tick.MOVED:
+    if decided.tick in NOTICED:
         edge.notice(scripts, message.voucher_id)
     if decided.tick in COUNTED:
         metrics.add_metric(name=COUNTED[decided.tick], unit=MetricUnit.Count, value=1)
