@@ -357,11 +357,14 @@ def test_a_path_with_dot_segments_goes_to_the_api_as_sent(
 def test_the_routes_the_distribution_denies_are_denied_at_the_edge(
     edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager, method: str, target: str
 ) -> None:
-    """EdgeDenyFunction's 403 on the admin routes and the payment service's, as in the stack."""
+    """EdgeDenyFunction's 403 on the admin routes and the payment service's, as in the stack:
+    a FORBIDDEN Result, as the API's document gives those routes' 403 (before: no body)."""
     answer = http.request(method, f"{edge.url}{target}", body=b"{}", headers={"authorization": TOKEN})
     status = sent_as_is(edge, method, target, {"authorization": TOKEN})
 
     assert (answer.status, answer.headers["x-seckill-edge"], status) == (403, "1", 403)
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.data == results.fail(403, "FORBIDDEN", "not served through the edge").body.encode()
     assert upstream.seen == []
 
 
