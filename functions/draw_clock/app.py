@@ -3,10 +3,11 @@
 Each record names a draw and the ``at`` of a move; ``seckill.draw.moves.tick``
 decides it if it is due and the draw's next, records it in MySQL, sends the
 clock's next message and publishes every recorded move to Redis, with how far the
-moves are decided. Every tick that decided something (a move, or none) then goes to the
-edge (``StateQueue.notice``), so the edge tells "no move" from "not heard yet". A malformed record or a failed tick is a
-batch item failure: SQS retries it, and after maxReceiveCount moves it to
-DrawClockDeadLetterQueue (the reconciler restarts a clock whose message is overdue).
+moves are decided. Every tick that decided something (a move, or none) then goes to
+the edge (``StateQueue.notice``), so the edge tells "no move" from "not heard yet".
+A malformed record or a failed tick is a batch item failure: SQS retries it, and
+after maxReceiveCount moves it to DrawClockDeadLetterQueue (the reconciler restarts
+a clock whose message is overdue).
 """
 
 from __future__ import annotations
