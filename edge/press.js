@@ -4,7 +4,8 @@ import crypto from 'crypto';
 // Answers at the edge a seckill press whose refusal is already decided (docs/edge.md),
 // from the sale's state the gate publishes to the KeyValueStore: key = the voucher id,
 // value = {"v":version,"begin":ms,"end":ms,"soldOut":bool,"stopped":bool}, and for a draw
-// also "draw":true and "moves":[[atMs,"cursor"],...]; key "pass-keys" = {"keys":{kid:hex}}.
+// also "draw":true, "close":ms, "decided":ms (every move taking effect before it is in
+// "moves") and "moves":[[atMs,"cursor"],...]; key "pass-keys" = {"keys":{kid:hex}}.
 // Whenever its store leaves it unsure it returns the request unchanged, so the API decides
 // as without an edge.
 const kvs = cf.kvs();
@@ -98,11 +99,17 @@ function wellFormed(state) {
   ) {
     return false;
   }
-  if (state.draw === undefined && state.moves === undefined) {
-    return true;
-  }
   const moves = state.moves;
-  if (state.draw !== true || !Array.isArray(moves) || moves.length > MOVES_MAX) {
+  if (state.draw === undefined) {
+    return moves === undefined && state.close === undefined && state.decided === undefined;
+  }
+  if (
+    state.draw !== true ||
+    !count(state.close) ||
+    !count(state.decided) ||
+    !Array.isArray(moves) ||
+    moves.length > MOVES_MAX
+  ) {
     return false;
   }
   for (let i = 0; i < moves.length; i++) {
@@ -126,13 +133,27 @@ function count(value) {
 }
 
 // The draw's order: 401, NO_PASS, then the window and the cursor (refusal); null = forward.
-async function drawRefusal(state, voucherId, authorization, text, now) {
+// Nothing a pass says is believed before its signature is verified.
+async function drawRefusal(state, voucherId, authorization, shown, now) {
   if (!authorization) {
     return 'UNAUTHORIZED';
   }
+  // Surrounding whitespace is not part of a field's value (RFC 9110, 5.5).
+  const text = shown.replace(/^[ \t]+|[ \t]+$/g, '');
   const pass = PASS.exec(text);
+  if (!pass) {
+    return 'NO_PASS';
+  }
+  const keys = await passKeys();
+  if (!keys) {
+    // No key list to verify it with: the store leaves the edge unsure.
+    return null;
+  }
+  const key = Object.prototype.hasOwnProperty.call(keys, pass[1]) ? keys[pass[1]] : null;
+  if (!key || !sameText(pass[7], sign(key, text.slice(0, text.length - 44)))) {
+    return 'NO_PASS';
+  }
   if (
-    !pass ||
     pass[2] !== voucherId ||
     !positive64(pass[3]) ||
     pass[4] !== tokenHash(authorization) ||
@@ -140,16 +161,8 @@ async function drawRefusal(state, voucherId, authorization, text, now) {
   ) {
     return 'NO_PASS';
   }
-  const keys = await passKeys();
-  if (!keys || now >= pass[6] * 1000 - SKEW_MS) {
-    // No key list to check the signature with, or an expiry too close to call.
-    return null;
-  }
-  const key = Object.prototype.hasOwnProperty.call(keys, pass[1]) ? keys[pass[1]] : null;
-  if (!key || !sameText(pass[7], sign(key, text.slice(0, text.length - 44)))) {
-    return 'NO_PASS';
-  }
-  return refusal(state, pass[5], now);
+  // An expiry too close to call.
+  return now >= pass[6] * 1000 - SKEW_MS ? null : refusal(state, pass[5], now);
 }
 
 // The token as the authorizer reads it (Bearer removed), hashed as a pass binds it.
@@ -206,7 +219,7 @@ function refusal(state, ticket, now) {
     return null;
   }
   if (ticket !== null) {
-    const admitted = admittedAt(state.moves, ticket, now);
+    const admitted = admittedAt(state, ticket, now);
     if (admitted === undefined) {
       return null;
     }
@@ -223,31 +236,39 @@ function refusal(state, ticket, now) {
   return state.soldOut ? 'SOLD_OUT' : null;
 }
 
-// Whether the cursor in effect (the move with the largest at <= now; none before the
-// first) admits the ticket: true also before the first move (no NOT_ADMITTED then).
-// Within the skew of a move's at the gate may see any cursor from the one in effect
-// SKEW_MS ago to the one SKEW_MS ahead; the cursor never moves back, so a ticket at or
-// above the latest of them is refused whichever applies, and one below the earliest is
-// admitted whichever applies; undefined for a ticket between them.
-function admittedAt(moves, ticket, now) {
-  let before = null; // the cursor in effect before the skew
-  let within = null; // the earliest move within it
-  let latest = null;
-  for (let i = 0; i < moves.length; i++) {
-    if (moves[i][0] < now - SKEW_MS) {
-      before = moves[i][1];
-    } else if (moves[i][0] <= now + SKEW_MS && within === null) {
-      within = moves[i][1];
-    }
-    if (moves[i][0] <= now + SKEW_MS) {
-      latest = moves[i][1];
-    }
-  }
-  const earliest = before !== null ? before : within;
-  if (latest === null || ticket < earliest) {
+// Whether the gate admits the ticket at every moment within SKEW_MS of now by its clock
+// (true), at none (false), or undefined. Before the close nobody is refused NOT_ADMITTED:
+// the gate answers NOT_STARTED, as to an admitted ticket. After it the cursor in effect
+// (the move with the largest at <= the gate's now; none before the first: nobody
+// admitted) decides. The cursor never moves back, so a ticket below one already in
+// effect is admitted whichever move comes; a refusal needs every move up to now + SKEW_MS,
+// which the entry holds only while that is before `decided`.
+function admittedAt(state, ticket, now) {
+  if (now + SKEW_MS < state.close) {
     return true;
   }
-  return before !== null && ticket >= latest ? false : undefined;
+  let before = null; // the cursor in effect at the earliest of those moments
+  let latest = null; // and at the latest
+  for (let i = 0; i < state.moves.length; i++) {
+    const move = state.moves[i];
+    if (move[0] < now - SKEW_MS || move[0] <= state.close) {
+      before = move[1];
+    }
+    if (move[0] <= now + SKEW_MS) {
+      latest = move[1];
+    }
+  }
+  if (before !== null && ticket < before) {
+    return true;
+  }
+  if (now + SKEW_MS >= state.decided || now - SKEW_MS <= state.close) {
+    return undefined;
+  }
+  // No move in effect yet refuses, unless older moves than the entry's first may be.
+  if (latest === null) {
+    return state.moves.length === 0 ? false : undefined;
+  }
+  return ticket < latest ? undefined : false;
 }
 
 function refuse(code) {

@@ -1,5 +1,6 @@
 -- Elects the one publisher of a change of a voucher's state at the edge (docs/edge.md).
--- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:window:{v}, KEYS[3] seckill:edge:{v} (hash:
+-- KEYS[1] seckill:stock:{v}, KEYS[2] seckill:window:{v} (a draw's also close and decided:
+-- every move taking effect before it has been decided), KEYS[3] seckill:edge:{v} (hash:
 -- v the last version handed out, state the last state claimed), KEYS[4] seckill:cursor:{v}
 -- (a draw's moves: member the cursor, score the ms it takes effect)
 -- ARGV[1] voucher id, ARGV[2] '1' to claim the state under a new version even when it has
@@ -10,7 +11,7 @@
 -- claimed a state; nil when nothing changed (and ARGV[2] is ''), or the gate does not
 -- sell the voucher (missing, or provisional: its creation has not committed).
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
-local window = redis.call('HMGET', KEYS[2], 'begin', 'end', 'provisional', 'draw')
+local window = redis.call('HMGET', KEYS[2], 'begin', 'end', 'provisional', 'draw', 'close', 'decided')
 local begin_ms, end_ms = tonumber(window[1] or ''), tonumber(window[2] or '')
 if not stock or not begin_ms or not end_ms or window[3] then
   return nil
@@ -26,17 +27,24 @@ local state = string.format(
   begin_ms, end_ms, tostring(stock <= 0), tostring(stopped))
 if window[4] == '1' then
   -- A draw: the move in effect now and the later ones already decided, at most 8 (the
-  -- edge needs no older one, and a KVS value holds at most 1 KB).
+  -- edge needs no older one, and a KVS value holds at most 1 KB). Past the 8th, the
+  -- entry's decided stops at the first move it leaves out: it holds every move before.
+  local decided = tonumber(window[6] or '0')
   local moves = redis.call('ZREVRANGEBYSCORE', KEYS[4], now_ms, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, #moves == 0 and 8 or 7)
-  for i = 1, #later do
+  local room = #moves == 0 and 8 or 7
+  local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, room + 1)
+  if #later > 2 * room then
+    decided = math.min(decided, tonumber(later[2 * room + 2]))
+  end
+  for i = 1, math.min(#later, 2 * room) do
     moves[#moves + 1] = later[i]
   end
   local listed = {}
   for i = 1, #moves, 2 do
     listed[#listed + 1] = string.format('[%.0f,"%s"]', tonumber(moves[i + 1]), moves[i])
   end
-  state = state .. ',"draw":true,"moves":[' .. table.concat(listed, ',') .. ']'
+  state = state .. string.format(',"draw":true,"close":%.0f,"decided":%.0f,"moves":[', tonumber(window[5] or '0'), decided)
+    .. table.concat(listed, ',') .. ']'
 end
 local claimed = redis.call('HMGET', KEYS[3], 'v', 'state')
 if claimed[2] == state and ARGV[2] ~= '1' then

@@ -13,8 +13,9 @@
 -- ARGV[8] JSON array of the order ids MySQL has closed (expired or cancelled): MySQL's
 --         stock counts their units back already, so each joins the returned set and
 --         a give_back still on its way for it adds nothing.
--- ARGV[9] a draw's fields, JSON {"close": ms, "moves": [[atMs, cursor], ...]}, or '' for a race:
---         the window's draw and close and every recorded move come back with the rest.
+-- ARGV[9] a draw's fields, JSON {"close": ms, "decided": ms, "moves": [[atMs, cursor], ...]}, or ''
+--         for a race: the window's draw, close and decided (never moving back) and every
+--         recorded move come back with the rest.
 -- Reservations still pending and undecided in MySQL are outstanding: they keep
 -- their stock and their user. So the expected state is
 --   stock  = max(0, MySQL stock - outstanding)
@@ -89,7 +90,8 @@ end
 redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
 if (ARGV[9] or '') ~= '' then
   local draw = cjson.decode(ARGV[9])
-  redis.call('HSET', KEYS[3], 'draw', 1, 'close', tostring(draw.close))
+  local decided = math.max(tonumber(redis.call('HGET', KEYS[3], 'decided') or '0'), draw.decided)
+  redis.call('HSET', KEYS[3], 'draw', 1, 'close', tostring(draw.close), 'decided', string.format('%.0f', decided))
   for _, move in ipairs(draw.moves) do
     redis.call('ZADD', KEYS[6], tostring(move[1]), move[2])
   end

@@ -2,10 +2,13 @@
 
 Each record names a draw and the ``at`` of a move; ``seckill.draw.moves.tick``
 decides it if it is due and the draw's next, records it in MySQL, sends the
-clock's next message and publishes every recorded move to Redis. A move then
-goes to the edge (``StateQueue.notice``). A malformed record or a failed tick is a
-batch item failure: it comes back within seconds (``ClockQueue.retry_soon``), and after maxReceiveCount SQS moves it to
-DrawClockDeadLetterQueue (the reconciler restarts a clock whose message is overdue).
+clock's next message and publishes every recorded move to Redis, with how far the
+moves are decided. Every tick but an early one then goes to the edge
+(``StateQueue.notice``), so the edge tells "no move" from "not heard yet", and a
+stale message republishes moves whose publish failed. A malformed record or a failed
+tick is a batch item failure: it comes back within seconds (``ClockQueue.retry_soon``),
+and after maxReceiveCount SQS moves it to DrawClockDeadLetterQueue (the reconciler
+restarts a clock whose message is overdue).
 """
 
 from __future__ import annotations

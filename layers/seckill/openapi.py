@@ -309,7 +309,8 @@ def admin_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
         "responses": {
             **responses,
             403: _response(
-                "Not signed by an allowed IAM principal (API Gateway), or no IAM context (the function)",
+                "Not signed by an allowed IAM principal (API Gateway), or no IAM context (the function);"
+                " through the edge, which does not serve it, the edge's own `FORBIDDEN`",
                 _gateway("Forbidden"),
                 _failure("FORBIDDEN"),
             ),

@@ -153,10 +153,12 @@ def press_ticket(
     """The ticket of the pass a press shows (``text``) if it is valid for this voucher,
     user and token; '' otherwise, and the gate refuses a draw's press without one
     (NO_PASS) while a race's ignores it (docs/draw.md). The ring is read only when a
-    pass is shown: a race's press never needs the keys."""
-    if not text:
+    pass is shown: a race's press never needs the keys. Whitespace around it is not part of
+    it (RFC 9110, 5.5): CloudFront and API Gateway pass header values without."""
+    shown = (text or "").strip(" \t")
+    if not shown:
         return ""
-    return verify(ring(), text, voucher_id, user_id, token, now) or ""
+    return verify(ring(), shown, voucher_id, user_id, token, now) or ""
 
 
 @functools.lru_cache(maxsize=4)

@@ -33,7 +33,7 @@ from seckill_local.sqs import ensure_queues
 from seckill_local.template import Template
 from tests.e2e.test_deployed_sale import SECKILL_LOCAL, wait_ready
 from tests.e2e.test_local_runner import delete_queues_with_prefix
-from tests.helpers import iso, new_user, seckill_voucher_body, signed
+from tests.helpers import forged_passes, iso, new_user, seckill_voucher_body, signed
 
 pytestmark = pytest.mark.e2e
 
@@ -156,7 +156,9 @@ def test_the_edge_answers_every_draw_refusal_as_the_function_does(
     try:
         entered = http.request("POST", f"{press}/entry", headers={"authorization": token})
         assert entered.status == 200, entered.data
-        shown = json.loads(entered.data)["data"]["pass"]
+        entry = json.loads(entered.data)["data"]
+        shown = entry["pass"]
+        forged = forged_passes(voucher_id, user_id, token, entry["ticket"], shown.split(".")[0], time.time())
 
         def both(headers: dict[str, str]) -> list[tuple[int, str, bytes]]:
             """The press answered at the edge, then by the function behind it."""
@@ -174,13 +176,22 @@ def test_the_edge_answers_every_draw_refusal_as_the_function_does(
         with_pass = {"authorization": token, "x-seckill-pass": shown}
         now_ms = int(time.time() * 1000)
         seen: dict[str, bytes] = {}
+
+        def closed() -> None:
+            """The draw closed 20 s ago admitting no one, every move decided for ten minutes."""
+            redis.hset(keys.window(voucher_id), mapping={"close": now_ms - 20_000, "decided": now_ms + 600_000})
+            redis.zadd(keys.cursor(voucher_id), {"0" * 17: now_ms - 20_000})
+
         # Each step leaves the sale where the next refusal is the first that applies.
         steps: list[tuple[str, dict[str, str], Callable[[], object]]] = [
             ("UNAUTHORIZED", {}, lambda: None),
             ("NO_PASS", {"authorization": token}, lambda: None),
-            # The draw closed admitting no one, then a wave admitted everyone.
-            ("NOT_ADMITTED", with_pass, lambda: redis.zadd(keys.cursor(voucher_id), {"0" * 17: now_ms - 20_000})),
+            # A forged signature, whatever the expiry it claims.
+            *(("NO_PASS", {"authorization": token, "x-seckill-pass": f}, lambda: None) for f in forged.values()),
+            ("NOT_ADMITTED", with_pass, closed),
+            # Then a wave admitted everyone; a pass shown with a space after it is the same pass.
             ("NOT_STARTED", with_pass, lambda: redis.zadd(keys.cursor(voucher_id), {"1" + "f" * 16: now_ms - 10_000})),
+            ("NOT_STARTED", {**with_pass, "x-seckill-pass": f"{shown} "}, lambda: None),
             # Opened a minute ago, and the unit sold.
             ("SOLD_OUT", with_pass, lambda: (redis.hset(keys.window(voucher_id), "begin", now_ms - 60_000),
                                               redis.set(keys.stock(voucher_id), 0))),

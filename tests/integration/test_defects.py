@@ -159,6 +159,14 @@ def test_defect_lua_bugs_every_script_loads_and_answers_on_real_redis(redis: Any
         assert run("edge_unclaim", [edge], claimed["v"] + 1) == 0  # not this claim's
     finally:
         redis.delete(edge)
+    cursor = keys.cursor(voucher_id)
+    try:
+        assert run("publish_moves", [cursor, window], 2000, 1000, "0" + "8" * 16) == "2000"
+        assert run("publish_moves", [cursor, window], 1500) == "2000"  # never moved back
+        assert redis.zrange(cursor, 0, -1, withscores=True) == [("0" + "8" * 16, 1000.0)]
+    finally:
+        redis.delete(cursor)
+        redis.hdel(window, "decided")
     assert ran == {path.stem for path in lua_dir().glob("*.lua")}
 
 

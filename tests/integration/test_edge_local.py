@@ -25,10 +25,14 @@ from typing import Any
 import pytest
 import urllib3
 
+from seckill import passes
+from seckill.edge import passkeys
+from seckill.edge.state import EdgeState
 from seckill.infra import results
-from seckill.press.gate import REFUSALS, SOLD_OUT
+from seckill.press.gate import NO_PASS, NOT_ADMITTED, REFUSALS, SOLD_OUT
 from seckill_local.edge import KVS_ARN, EdgeServer, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
+from tests.helpers import forged_passes
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
 
@@ -147,6 +151,86 @@ def test_a_sold_out_voucher_is_refused_at_the_edge_as_the_function_would(
     assert upstream.seen == []
     assert edge.stats().answered == 1
     assert edge.stats().forwarded == 0
+
+
+# A draw: voucher 42, user 7's pass for the ticket TICKET, the ring's keys in the store.
+RING = passes.new_ring("k1")
+TICKET = "0" + "c" * 16
+
+
+def draw_state(*, cursor: str, decided_in: int, sold_out: bool = True) -> str:
+    """Draw voucher 42 on sale since a minute ago, closed two minutes ago with the move to
+    ``cursor``, its moves decided until ``decided_in`` ms from now."""
+    now = int(time.time() * 1000)
+    close = now - 120_000
+    state = EdgeState(
+        42, 1, now - 60_000, now + 3_600_000, sold_out, False, True, close, now + decided_in, ((close, cursor),)
+    )
+    return state.value()
+
+
+def press_draw(http: urllib3.PoolManager, edge: EdgeServer, shown: str) -> urllib3.BaseHTTPResponse:
+    return http.request(
+        "POST", f"{edge.url}/voucher-order/seckill/42", headers={"authorization": TOKEN, "x-seckill-pass": shown}
+    )
+
+
+def refused_at_the_edge(answer: urllib3.BaseHTTPResponse, code: int) -> bool:
+    refusal = REFUSALS[code]
+    expected = results.fail(refusal.status, refusal.code, refusal.message).body.encode()
+    return (answer.status, answer.headers.get("x-seckill-edge"), answer.data) == (refusal.status, "1", expected)
+
+
+def test_a_forged_signature_is_refused_no_pass_at_the_edge_whatever_its_expiry(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """Before: a pass expiring within the skew was forwarded before its signature was checked."""
+    put(kvs, passkeys.KEY, passkeys.value(RING))
+    put(kvs, "42", draw_state(cursor="f" * 17, decided_in=60_000))
+    token = TOKEN.removeprefix("Bearer ")
+    forged = forged_passes(42, 7, token, "0" * 17, RING.active, time.time())
+
+    answers = {name: press_draw(http, edge, shown) for name, shown in forged.items()}
+
+    assert {name: refused_at_the_edge(a, NO_PASS) for name, a in answers.items()} == dict.fromkeys(forged, True)
+    assert upstream.seen == []
+    # The same pass signed with the ring's key is the buyer's: admitted, on to the sale (sold out).
+    genuine = passes.sign(RING, 42, 7, token, "0" * 17, int(time.time()) + 3600)
+    assert refused_at_the_edge(press_draw(http, edge, genuine), SOLD_OUT)
+
+
+def test_a_pass_with_whitespace_around_it_is_read_without(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    put(kvs, passkeys.KEY, passkeys.value(RING))
+    put(kvs, "42", draw_state(cursor="f" * 17, decided_in=60_000))
+    shown = passes.sign(RING, 42, 7, TOKEN.removeprefix("Bearer "), TICKET, int(time.time()) + 3600)
+
+    for spaced in (f"{shown} ", f" {shown}", f"{shown}\t"):
+        assert refused_at_the_edge(press_draw(http, edge, spaced), SOLD_OUT)
+    assert upstream.seen == []
+
+
+def test_the_edge_refuses_by_the_moves_only_while_its_store_holds_every_move_decided_up_to_now(
+    edge: EdgeServer, kvs: Any, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """A wave decided as no move moves decided on: the edge refuses the waiting ticket. A
+    store that has not heard of the next move (decided now, 5 s after it was decided at
+    the origin) forwards the press, which the move may admit: before, the edge refused it."""
+    put(kvs, passkeys.KEY, passkeys.value(RING))
+    shown = passes.sign(RING, 42, 7, TOKEN.removeprefix("Bearer "), TICKET, int(time.time()) + 3600)
+    put(kvs, "42", draw_state(cursor=TICKET, decided_in=10_000))
+
+    assert refused_at_the_edge(press_draw(http, edge, shown), NOT_ADMITTED)
+    assert upstream.seen == []
+
+    put(kvs, "42", draw_state(cursor=TICKET, decided_in=0, sold_out=False))
+    forwarded = press_draw(http, edge, shown)
+
+    assert forwarded.status == Upstream.STATUS
+    assert [(s.method, s.target, s.headers["x-seckill-pass"]) for s in upstream.seen] == [
+        ("POST", "/voucher-order/seckill/42", shown)
+    ]
 
 
 def test_a_voucher_still_on_sale_or_unknown_is_forwarded_and_answered_by_the_upstream_unchanged(
@@ -273,11 +357,14 @@ def test_a_path_with_dot_segments_goes_to_the_api_as_sent(
 def test_the_routes_the_distribution_denies_are_denied_at_the_edge(
     edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager, method: str, target: str
 ) -> None:
-    """EdgeDenyFunction's 403 on the admin routes and the payment service's, as in the stack."""
+    """EdgeDenyFunction's 403 on the admin routes and the payment service's, as in the stack:
+    a FORBIDDEN Result, as the API's document gives those routes' 403 (before: no body)."""
     answer = http.request(method, f"{edge.url}{target}", body=b"{}", headers={"authorization": TOKEN})
     status = sent_as_is(edge, method, target, {"authorization": TOKEN})
 
     assert (answer.status, answer.headers["x-seckill-edge"], status) == (403, "1", 403)
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.data == results.fail(403, "FORBIDDEN", "not served through the edge").body.encode()
     assert upstream.seen == []
 
 

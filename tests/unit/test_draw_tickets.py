@@ -142,6 +142,16 @@ def test_a_press_without_a_pass_has_no_ticket_and_never_reads_the_ring() -> None
 
     assert passes.press_ticket(None, 7, 1010, "token-of-1010", NOW, ring=no_ring) == ""
     assert passes.press_ticket("", 7, 1010, "token-of-1010", NOW, ring=no_ring) == ""
+    assert passes.press_ticket(" \t", 7, 1010, "token-of-1010", NOW, ring=no_ring) == ""
+
+
+def test_a_pass_is_read_without_the_spaces_and_tabs_around_it() -> None:
+    issued = passes.sign(RING, 7, 1010, "token-of-1010", "02826302b6e246995", NOW + 60)
+    for shown in (f"{issued} ", f" {issued}", f"\t{issued} \t"):
+        assert passes.press_ticket(shown, 7, 1010, "token-of-1010", NOW, ring=lambda: RING) == "02826302b6e246995"
+    # Only around it: a space inside is no pass.
+    spaced = f"{issued[:10]} {issued[10:]}"
+    assert passes.press_ticket(spaced, 7, 1010, "token-of-1010", NOW, ring=lambda: RING) == ""
 
 
 def test_a_press_shows_its_pass_ticket_only_while_the_pass_is_valid() -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from seckill.edge.state import KEPT_AFTER_END, EdgeState, MalformedState, Sweep, parse_message
+from seckill.edge.state import KEPT_AFTER_END, SWEEP_MESSAGE_STATES, EdgeState, MalformedState, Sweep, parse_message
 from seckill.repair.restore import ENDED_WITHIN
 
 STATE = EdgeState(
@@ -104,23 +104,37 @@ DRAW = EdgeState(
     sold_out=False,
     stopped=False,
     draw=True,
+    close=1_764_599_940_000,
+    decided=1_764_600_020_000,
     moves=((1_764_599_940_000, "0" + "8" * 16), (1_764_600_010_000, "0" + "c" * 16)),
 )
 
 
-def test_a_draw_value_adds_draw_and_its_moves() -> None:
+def test_a_draw_value_adds_draw_its_close_how_far_it_is_decided_and_its_moves() -> None:
     assert DRAW.value() == (
         '{"v":1764600000000,"begin":1764600000000,"end":1764603600000,"soldOut":false,"stopped":false,'
-        '"draw":true,"moves":[[1764599940000,"08888888888888888"],[1764600010000,"0cccccccccccccccc"]]}'
+        '"draw":true,"close":1764599940000,"decided":1764600020000,'
+        '"moves":[[1764599940000,"08888888888888888"],[1764600010000,"0cccccccccccccccc"]]}'
     )
     assert EdgeState.from_message(DRAW.message()) == DRAW
     assert EdgeState.from_value(42, DRAW.value()) == DRAW
     # A draw whose cursor has not moved yet (the draw still open).
     closed = replace(DRAW, moves=())
     assert EdgeState.from_value(42, closed.value()) == closed
-    # The largest entry fits the store's 1 KB value.
-    full = replace(DRAW, moves=tuple((2**53 - 9 + i, "1" + "f" * 16) for i in range(8)))
+    # The largest entry fits the store's 1 KB value, and a sweep of the largest SQS's 256 KiB.
+    most = 2**53 - 1
+    full = replace(
+        DRAW,
+        voucher_id=2**63 - 1,
+        v=most,
+        begin=most,
+        end=most,
+        close=most,
+        decided=most,
+        moves=tuple((most - 8 + i, "1" + "f" * 16) for i in range(8)),
+    )
     assert len(full.value().encode()) < 1024
+    assert len(Sweep((full,) * SWEEP_MESSAGE_STATES).message().encode()) <= 256 * 1024
 
 
 def draw_message(**changes: object) -> str:
@@ -132,6 +146,13 @@ def draw_message(**changes: object) -> str:
     [
         draw_message(draw=None),  # moves without draw
         draw_message(moves=None),  # draw without moves
+        draw_message(close=None),  # draw without its close
+        draw_message(decided=None),  # draw without how far it is decided
+        draw_message(close="1764599940000"),
+        draw_message(decided=-1),
+        draw_message(decided=1.5),
+        draw_message(decided=True),
+        message(STATE, close=1764599940000),  # a race with a draw's field
         draw_message(draw=False),
         draw_message(draw=1),
         draw_message(moves={}),

@@ -395,6 +395,30 @@ def test_the_deny_function_answers_without_the_origin(edge: Template) -> None:
     assert "event.request" not in code  # it never forwards
 
 
+def test_the_deny_functions_answer_is_the_403_the_api_documents_on_each_route_it_denies(edge: Template) -> None:
+    """A JSON Result with a code the route's 403 lists (before: no body, no content type)."""
+    code = edge.resource("EdgeDenyFunction")["Properties"]["FunctionCode"]
+    assert "'content-type': { value: 'application/json' }" in code
+    found = re.search(r"data: '([^']+)'", code)
+    assert found is not None
+    answer = json.loads(found[1])
+    assert (answer["success"], answer["data"]) == (False, None)
+    spec = json.loads((ROOT / "docs" / "openapi.json").read_text(encoding="utf-8"))
+    config = distribution(edge)
+    denied = [
+        (method, path)
+        for path, ops in spec["paths"].items()
+        for method in ops
+        if functions_of(behavior_for(config, re.sub(r"\{[^}]+\}", "42", path))) == [DENY]
+    ]
+    assert ("post", "/voucher/seckill") in denied
+    assert ("post", "/voucher-order/{orderId}/payment") in denied
+    for method, path in denied:
+        schema = spec["paths"][path][method]["responses"]["403"]["content"]["application/json"]["schema"]
+        codes = {c for branch in schema["oneOf"] for c in branch["properties"].get("code", {}).get("enum", [])}
+        assert answer["code"] in codes, (method, path)
+
+
 def test_outputs_give_the_edge_and_keep_the_api(template: Template, edge: Template) -> None:
     outputs = template.data["Outputs"]
     assert outputs["EdgeUrl"]["Value"] == {"Fn::Sub": "https://${EdgeStack.Outputs.DomainName}"}

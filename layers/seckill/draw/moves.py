@@ -32,6 +32,7 @@ from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
 from seckill.infra.errors import NotFound, TryAgain
+from seckill.infra.lua_scripts import Script, read_script
 from seckill.messages import MalformedMessage
 
 log = logging.getLogger(__name__)
@@ -242,11 +243,27 @@ def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool
     )
 
 
+def decided_until(draw: Draw) -> int:
+    """How far the draw's moves are decided (epoch ms): every move taking effect before the
+    clock's next time has been recorded or decided as none; a finished clock (the window
+    over, the sale stopped, no wave left) decides nothing more before the window's end."""
+    return draw.clock_at if draw.clock_at is not None else draw.end_ms
+
+
 def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:
-    """Every recorded move of the draw into its Redis cursor (idempotent); how many."""
-    history = db.run(lambda cursor: recorded_moves(cursor, voucher_id), read_only=True)
-    if history:
-        redis.execute_command("ZADD", keys.cursor(voucher_id), *[part for at, c in history for part in (at, c)])
+    """Every recorded move of the draw into its Redis cursor, and how far they are decided
+    into its window's ``decided``, never moving back (idempotent); how many moves."""
+
+    def read(cursor: DictCursor) -> tuple[list[tuple[int, str]], Draw | None]:
+        return recorded_moves(cursor, voucher_id), read_draw(cursor, voucher_id)
+
+    history, draw = db.run(read, read_only=True)
+    if draw is None:
+        return 0
+    Script(redis, read_script("publish_moves"))(
+        keys=[keys.cursor(voucher_id), keys.window(voucher_id)],
+        args=[decided_until(draw), *[part for at, c in history for part in (at, c)]],
+    )
     return len(history)
 
 

@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 
 _VALUE_KEYS = {"v", "begin", "end", "soldOut", "stopped"}
 _MESSAGE_KEYS = {*_VALUE_KEYS, "voucherId"}
-_DRAW_KEYS = {"draw", "moves"}
+_DRAW_KEYS = {"draw", "close", "decided", "moves"}
 # A version is a positive integer a JavaScript number holds exactly (the edge's parser).
 _MAX_SAFE = 2**53 - 1
-# States per sweep message: about 110 bytes each (a draw's up to about 300), well inside
+# States per sweep message: about 110 bytes each (a draw's up to about 480), inside
 # SQS's 256 KiB.
 SWEEP_MESSAGE_STATES = 500
 # How long after its sale ended (or was stopped) a voucher's state is kept, in Redis and
@@ -73,7 +73,7 @@ def _flag(data: dict[str, Any], name: str) -> bool:
 
 def _moves(data: dict[str, Any]) -> tuple[Move, ...]:
     """A draw's moves: "draw" true, and up to MOVES_MAX [at, cursor] pairs, ascending by at,
-    the cursor never moving back; () for a race (neither field)."""
+    the cursor never moving back; () for a race (none of the draw's fields)."""
     if not _DRAW_KEYS & set(data):
         return ()
     moves = data["moves"]
@@ -94,7 +94,9 @@ def _moves(data: dict[str, Any]) -> tuple[Move, ...]:
 class EdgeState:
     """One voucher's entry in the KeyValueStore: the sale window as the gate holds it
     (epoch ms; 0/0 once stopped), whether it is sold out or stopped, and its version; for
-    a draw also its cursor's moves (the one in effect when claimed, then the later ones)."""
+    a draw also its close, ``decided`` (every move taking effect before it is in ``moves``,
+    so the edge may refuse by them; epoch ms, 0 when unknown) and its cursor's moves (the
+    one in effect when claimed, then the later ones)."""
 
     voucher_id: int
     v: int
@@ -103,6 +105,8 @@ class EdgeState:
     sold_out: bool
     stopped: bool
     draw: bool = False
+    close: int = 0
+    decided: int = 0
     moves: tuple[Move, ...] = ()
 
     @property
@@ -119,7 +123,12 @@ class EdgeState:
             "stopped": self.stopped,
         }
         if self.draw:
-            value |= {"draw": True, "moves": [list(move) for move in self.moves]}
+            value |= {
+                "draw": True,
+                "close": self.close,
+                "decided": self.decided,
+                "moves": [list(move) for move in self.moves],
+            }
         return json.dumps(value, separators=(",", ":"))
 
     def message(self) -> str:
@@ -149,6 +158,7 @@ class EdgeState:
         try:
             if not isinstance(data, dict) or set(data) not in (fields, fields | _DRAW_KEYS):
                 raise ValueError(f"expected exactly the fields {sorted(fields)} (a draw's with {sorted(_DRAW_KEYS)})")
+            draw = "draw" in data
             return cls(
                 voucher_id if voucher_id is not None else _integer(data, "voucherId", 1),
                 _integer(data, "v", 1),
@@ -156,7 +166,9 @@ class EdgeState:
                 _integer(data, "end", 0),
                 _flag(data, "soldOut"),
                 _flag(data, "stopped"),
-                "draw" in data,
+                draw,
+                _integer(data, "close", 0) if draw else 0,
+                _integer(data, "decided", 0) if draw else 0,
                 _moves(data),
             )
         except ValueError as exc:

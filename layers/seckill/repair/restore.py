@@ -15,7 +15,8 @@ from typing import Literal
 
 from pymysql.cursors import DictCursor
 
-from seckill.draw.entries import recorded_moves
+from seckill.draw.entries import read_draw, recorded_moves
+from seckill.draw.moves import decided_until
 from seckill.holds import CLOSED_STATUS
 from seckill.infra import keys
 from seckill.infra.db import Database
@@ -134,9 +135,10 @@ def restore(
 
 
 def _draw_fields(cursor: DictCursor, voucher_id: int) -> str:
-    """A draw's close and recorded moves, as the script takes them; '' for a race."""
-    cursor.execute("SELECT close_time FROM tb_draw WHERE voucher_id = %s", (voucher_id,))
-    row = cursor.fetchone()
-    if row is None:
+    """A draw's close, how far its moves are decided and its recorded moves, as the script
+    takes them; '' for a race."""
+    draw = read_draw(cursor, voucher_id)
+    if draw is None:
         return ""
-    return json.dumps({"close": to_ms(from_db(row["close_time"])), "moves": recorded_moves(cursor, voucher_id)})
+    history = recorded_moves(cursor, voucher_id)
+    return json.dumps({"close": draw.close_ms, "decided": decided_until(draw), "moves": history})

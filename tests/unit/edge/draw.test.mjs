@@ -82,14 +82,13 @@ describe('a press without a token', () => {
 });
 
 describe('the pass', () => {
-  it('lets a valid pass through to the sale (open, stock left: forwarded)', async () => {
-    await assertForwarded({});
+  it('lets a valid pass of an admitted ticket through to the sale (open, stock left: forwarded)', async () => {
     await assertForwarded(admittedBelow(ABOVE));
   });
 
   it('is read from a token with or without Bearer, as the authorizer reads it', async () => {
     for (const token of [TOKEN, `Bearer ${TOKEN}`, `bearer  ${TOKEN} `, `BEARER ${TOKEN}`]) {
-      await assertRefused('SOLD_OUT', { soldOut: true }, { token });
+      await assertRefused('SOLD_OUT', { soldOut: true, ...admittedBelow(ABOVE) }, { token });
     }
   });
 
@@ -107,7 +106,7 @@ describe('the pass', () => {
       `${good}.x`,
       `${good}=`,
       good.slice(0, -1),
-      ` ${good}`,
+      `${good.slice(0, 10)} ${good.slice(10)}`,
       good.toUpperCase(),
       ['K1', ...parts.slice(1)].join('.'),
       ['k'.repeat(17), ...parts.slice(1)].join('.'),
@@ -139,6 +138,13 @@ describe('the pass', () => {
     await assertRefused('NO_PASS', admittedBelow(TICKET), { pass: moved });
   });
 
+  it('reads the pass without the whitespace around it, as CloudFront and API Gateway pass it', async () => {
+    const fields = { soldOut: true, ...admittedBelow(ABOVE) };
+    for (const pass of [`${makePass()} `, ` ${makePass()}`, `\t${makePass()} \t`]) {
+      await assertRefused('SOLD_OUT', fields, { pass });
+    }
+  });
+
   it('refuses NO_PASS for a pass shown twice (API Gateway joins repeated headers)', async () => {
     const { handler } = edge({ entries: { 42: drawState(), 'pass-keys': passKeys() } });
     const event = request({ token: `Bearer ${TOKEN}` });
@@ -148,8 +154,9 @@ describe('the pass', () => {
   });
 
   it('verifies with any key of the ring: a rotated key', async () => {
-    await assertRefused('SOLD_OUT', { soldOut: true }, { pass: makePass({ kid: 'k2' }) });
-    await assertRefused('SOLD_OUT', { soldOut: true }, { keys: passKeys({ k2: KEYS.k2 }), pass: makePass({ kid: 'k2' }) });
+    const fields = { soldOut: true, ...admittedBelow(ABOVE) };
+    await assertRefused('SOLD_OUT', fields, { pass: makePass({ kid: 'k2' }) });
+    await assertRefused('SOLD_OUT', fields, { keys: passKeys({ k2: KEYS.k2 }), pass: makePass({ kid: 'k2' }) });
   });
 
   it('refuses NO_PASS for an unknown kid, a retired key, a key of the wrong bytes', async () => {
@@ -171,7 +178,8 @@ describe('the pass', () => {
     for (const at of [exp * 1000 + SKEW, exp * 1000, exp * 1000 - SKEW]) {
       await assertForwarded({ soldOut: true, end: NOW + 60_000 }, { pass: makePass({ exp }), at });
     }
-    await assertRefused('SOLD_OUT', { soldOut: true }, { pass: makePass({ exp }), at: exp * 1000 - SKEW - 1 });
+    const admitted = { soldOut: true, ...admittedBelow(ABOVE) };
+    await assertRefused('SOLD_OUT', admitted, { pass: makePass({ exp }), at: exp * 1000 - SKEW - 1 });
   });
 
   it('forwards a well-formed pass when the store has no usable key list', async () => {
@@ -206,6 +214,37 @@ describe('the pass', () => {
   });
 });
 
+describe('the signature, verified before anything the pass says', () => {
+  // A pass of this voucher, user and token, but signed with a key the ring does not hold,
+  // or with a signature of the right form that is no key's.
+  const forged = (exp) => [
+    makePass({ exp, key: '33'.repeat(32) }),
+    makePass({ exp }).replace(/[^.]+$/, 'A'.repeat(43)),
+  ];
+  const nowS = Math.floor(NOW / 1000);
+  // Expired long ago and beyond the skew, now, within the skew on either side, to come.
+  const expiries = [nowS - 3600, nowS - 2, nowS - 1, nowS, nowS + 1, nowS + 3600];
+
+  it('refuses NO_PASS a forged signature, whatever its exp', async () => {
+    for (const exp of expiries) {
+      for (const pass of forged(exp)) {
+        for (const fields of [{}, { soldOut: true, ...admittedBelow('f'.repeat(17)) }, { stopped: true }]) {
+          await assertRefused('NO_PASS', fields, { pass });
+        }
+      }
+    }
+  });
+
+  it('forwards it when the store holds no key list to verify it with, whatever its exp', async () => {
+    for (const exp of expiries) {
+      for (const pass of forged(exp)) {
+        await assertForwarded({ soldOut: true }, { pass, keys: null });
+        await assertForwarded({ soldOut: true }, { pass: makePass({ exp, voucher: 43 }), keys: null });
+      }
+    }
+  });
+});
+
 describe('the order of the refusals', () => {
   it('NO_PASS before ENDED', async () => {
     await assertRefused('NO_PASS', { stopped: true }, { pass: null });
@@ -227,7 +266,7 @@ describe('the order of the refusals', () => {
     const before = { begin: NOW + 60_000, end: NOW + 120_000 };
     await assertRefused('NOT_ADMITTED', { ...before, ...admittedBelow(TICKET) });
     await assertRefused('NOT_STARTED', { ...before, ...admittedBelow(ABOVE) });
-    await assertRefused('NOT_STARTED', { ...before, moves: [] });
+    await assertRefused('NOT_STARTED', { ...before, close: NOW + 30_000, moves: [] });
   });
 
   it('NOT_ADMITTED before SOLD_OUT, then SOLD_OUT for an admitted ticket', async () => {
@@ -252,8 +291,22 @@ describe('the cursor', () => {
   });
 
   it('is null before the draw closed: no NOT_ADMITTED', async () => {
-    await assertRefused('NOT_STARTED', { begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW + 30_000, BELOW]] });
-    await assertRefused('SOLD_OUT', { soldOut: true, moves: [] });
+    const before = { begin: NOW + 60_000, end: NOW + 120_000, close: NOW + 30_000 };
+    await assertRefused('NOT_STARTED', { ...before, moves: [[NOW + 30_000, BELOW]] });
+    await assertRefused('NOT_STARTED', { ...before, moves: [] }, { at: NOW + 30_000 - SKEW - 1 });
+  });
+
+  it('admits nobody after the close until a move is in effect', async () => {
+    await assertRefused('NOT_ADMITTED', { soldOut: true, moves: [] });
+    // Unless the entry's first move is a later one than the close's: older ones may be in effect.
+    await assertForwarded({ soldOut: true, moves: [[NOW + SKEW + 1, ABOVE]] });
+    // Within the skew of the close the gate may not have closed the draw yet.
+    const closing = { begin: NOW + 60_000, end: NOW + 120_000, close: NOW, moves: [] };
+    for (const at of [NOW - SKEW, NOW, NOW + SKEW]) {
+      await assertForwarded(closing, { at });
+    }
+    await assertRefused('NOT_STARTED', closing, { at: NOW - SKEW - 1 });
+    await assertRefused('NOT_ADMITTED', closing, { at: NOW + SKEW + 1 });
   });
 
   it('is the move with the largest at not after now', async () => {
@@ -290,8 +343,43 @@ describe('the cursor', () => {
     await assertRefused('SOLD_OUT', { soldOut: true, moves: below }, { at });
     // Within the skew of the first move, the draw's close: a ticket it would refuse may meet no
     // cursor yet, so it is forwarded; one it admits is not started either way.
-    await assertForwarded({ begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, BELOW]] });
-    await assertRefused('NOT_STARTED', { begin: NOW + 60_000, end: NOW + 120_000, moves: [[NOW, ABOVE]] });
+    const closing = { begin: NOW + 60_000, end: NOW + 120_000, close: NOW };
+    await assertForwarded({ ...closing, moves: [[NOW, BELOW]] });
+    await assertRefused('NOT_STARTED', { ...closing, moves: [[NOW, ABOVE]] });
+  });
+});
+
+describe('how far the moves are decided', () => {
+  // A wave every 10 s from the opening (20 s ago); the close's move admitted below BELOW.
+  const sale = { begin: NOW - 20_000, close: NOW - 80_000, moves: [[NOW - 80_000, BELOW]] };
+
+  it('refuses a ticket the moves leave behind while every move up to now + SKEW is decided', async () => {
+    // The wave at NOW was decided as no move (nobody admitted): decided is the next wave's time.
+    const still = { ...sale, decided: NOW + 10_000 };
+    for (const at of [NOW - 5_000, NOW, NOW + 10_000 - SKEW - 1]) {
+      await assertRefused('NOT_ADMITTED', still, { at });
+    }
+    await assertForwarded(still, { at: NOW + 10_000 - SKEW });
+  });
+
+  it('forwards, never refuses, once the store lags behind the next move (it may admit the ticket)', async () => {
+    // The wave at NOW was decided 5 s before it, but the store has not heard of it yet.
+    const lagging = { ...sale, decided: NOW };
+    for (const at of [NOW - SKEW, NOW, NOW + 5_000, NOW + 60_000 - SKEW - 1]) {
+      await assertForwarded({ ...lagging, soldOut: true }, { at });
+    }
+    await assertRefused('NOT_ADMITTED', lagging, { at: NOW - SKEW - 1 });
+    // A ticket below a cursor already in effect is admitted whichever move comes.
+    await assertRefused('SOLD_OUT', { ...lagging, soldOut: true, moves: [[NOW - 80_000, ABOVE]] }, { at: NOW + 5_000 });
+  });
+
+  it('is unsure of the close itself until its move is decided', async () => {
+    const closed = { close: NOW - 10_000, begin: NOW + 50_000, end: NOW + 120_000, moves: [] };
+    await assertForwarded({ ...closed, decided: NOW - 10_000 });
+    await assertForwarded({ ...closed, decided: 0 });
+    await assertRefused('NOT_ADMITTED', { ...closed, decided: NOW + 60_000 });
+    // Before the close, whatever is decided: not started.
+    await assertRefused('NOT_STARTED', { ...closed, decided: 0 }, { at: NOW - 10_000 - SKEW - 1 });
   });
 });
 
@@ -314,6 +402,13 @@ describe('an entry it cannot trust', () => {
       { moves: [[NOW - 10_000, BELOW], [NOW - 20_000, TICKET]] },
       { moves: [[NOW - 10_000, BELOW], [NOW - 10_000, TICKET]] },
       { moves: [[NOW - 20_000, TICKET], [NOW - 10_000, BELOW]] },
+      // A draw's close and how far its moves are decided: missing, or no count.
+      { close: undefined },
+      { decided: undefined },
+      { close: '1' },
+      { decided: -1 },
+      { decided: 1.5 },
+      { close: null },
       // More moves than an entry holds.
       { moves: Array.from({ length: 9 }, (_, i) => [NOW - 90_000 + i * 10_000, TICKET]) },
     ];

@@ -27,9 +27,11 @@ export function state(fields = {}) {
   return JSON.stringify({ v: 1, begin: NOW - 60_000, end: NOW + 60_000, soldOut: false, stopped: false, ...fields });
 }
 
-// A draw voucher's entry: the state plus "draw" and its moves ([atMs, cursor], ascending).
+// A draw voucher's entry: the state plus "draw", its close (two minutes ago), how far its
+// moves are decided (until the window's end, a minute ahead) and its moves ([atMs, cursor],
+// ascending).
 export function drawState(fields = {}) {
-  return state({ draw: true, moves: [], ...fields });
+  return state({ draw: true, close: NOW - 120_000, decided: NOW + 60_000, moves: [], ...fields });
 }
 
 // The key ring the service signs passes with, and the store's `pass-keys` value for it.

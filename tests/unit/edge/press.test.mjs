@@ -140,6 +140,8 @@ describe('when the edge cannot know, it forwards', () => {
     'a negative begin': JSON.stringify({ ...soldOut, begin: -1 }),
     'a negative end': JSON.stringify({ ...soldOut, end: -5 }),
     'a negative v': JSON.stringify({ ...soldOut, v: -1 }),
+    "a draw's close without draw": JSON.stringify({ ...soldOut, close: 1 }),
+    "a draw's decided without draw": JSON.stringify({ ...soldOut, decided: 1 }),
   };
   for (const [name, value] of Object.entries(malformed)) {
     it(`a value with ${name}`, async () => {
