@@ -15,6 +15,7 @@ from seckill_local.checkout import ROOT
 from seckill_local.template import Template
 from seckill_ops.capacity import main
 from seckill_ops.capacity import model as sale_model
+from seckill_ops.capacity.assumptions import ASSUMPTIONS
 from seckill_ops.capacity.costs import free_tier, plan_choice
 from seckill_ops.capacity.draw import blind_seconds, draw_sale, model_draw, moves, origin_fetches_per_second, steps
 from seckill_ops.capacity.flow import ramp_limit, throttle, through_api
@@ -22,7 +23,7 @@ from seckill_ops.capacity.kvs import Fleet, calls_before, kvs_calls
 from seckill_ops.capacity.model import Check, Scenario, before_waf, model
 from seckill_ops.capacity.pace import PACED, paced_wall, recommend
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES
+from seckill_ops.capacity.sources import FIGURES
 
 # 1,000 users x 3 presses for 10 units over 10 s: 1,500 presses in the first second, then
 # 1,500 / 9 a second, none throttled. The 10 units are gone once API Gateway has let 10 x 3 =

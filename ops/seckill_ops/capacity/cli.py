@@ -18,13 +18,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from seckill_ops.capacity.assumptions import ASSUMPTIONS, assumed
 from seckill_ops.capacity.draw import model_draw, moves
 from seckill_ops.capacity.kvs import Fleet
 from seckill_ops.capacity.model import model
 from seckill_ops.capacity.pace import MAX_RATE, recommend
 from seckill_ops.capacity.profile import Profile
 from seckill_ops.capacity.report import plot, render, render_sources, to_json
-from seckill_ops.capacity.sources import ASSUMPTIONS, assumed
 from seckill_ops.dlq_replay import positive_int
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from seckill_ops.capacity.assumptions import assumed
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import assumed, figure
+from seckill_ops.capacity.sources import figure
 
 
 @dataclass

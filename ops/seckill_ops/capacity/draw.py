@@ -9,6 +9,7 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
+from seckill_ops.capacity.assumptions import assumed
 from seckill_ops.capacity.costs import price_sale
 from seckill_ops.capacity.model import (
     Check,
@@ -26,7 +27,6 @@ from seckill_ops.capacity.model import (
     sold_out_second,
 )
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import assumed
 
 
 def _last_step(at: int, size: float, rate: float) -> int:

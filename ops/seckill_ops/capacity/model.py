@@ -7,10 +7,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from seckill_ops.capacity.assumptions import assumed
 from seckill_ops.capacity.costs import Cost, price_sale
 from seckill_ops.capacity.flow import Flow, ramp_limit, through_api
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import assumed, figure
+from seckill_ops.capacity.sources import figure
 
 # The counts only a draw has (its entry phase); zero in a race.
 DRAW_COUNTS = ("admitted", "waves", "entrants", "entry_polls", "draw_reads", "draw_origin_fetches", "entry_apigw")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from seckill_ops.capacity.sources import assumed, figure
+from seckill_ops.capacity.assumptions import assumed
+from seckill_ops.capacity.sources import figure
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from seckill_ops.capacity.assumptions import ASSUMPTIONS, assumed
 from seckill_ops.capacity.costs import PLAN_NAMES, free_tier, plan_choice
 from seckill_ops.capacity.kvs import Calls, Fleet, calls_before, kvs_calls
 from seckill_ops.capacity.model import (
@@ -22,7 +23,7 @@ from seckill_ops.capacity.model import (
 )
 from seckill_ops.capacity.pace import PACED, Pacing
 from seckill_ops.capacity.profile import Profile
-from seckill_ops.capacity.sources import ASSUMPTIONS, FIGURES, READ, THROTTLED_BILLING, assumed, figure
+from seckill_ops.capacity.sources import FIGURES, READ, THROTTLED_BILLING, figure
 
 LAYERS = [  # (count key, label) in the order of the path
     ("presses", "presses"),
