@@ -4,7 +4,8 @@
                 the losers' storm after sell-out, many in flight on a small MySQL pool
   transport     (2) the SQS stand-ins (fauxqs; moto behind three HTTP servers): SQS's
                 behaviours Seckill relies on, and SendMessage by queue depth
-  path          (3) refused / duplicate / accepted presses: handler vs place_order vs bare EVALSHA
+  path          (3) refused / duplicate / accepted presses: handler vs place_order vs bare EVALSHA;
+                the handler's own press path vs the resolver's
   persister     (4) OrderPersisterFunction vs raw PyMySQL on one hot row; draining N queued orders
   cold          (5) each function's fresh-process init vs its libraries' bare imports; peak RSS
   edge          (6) a sold-out voucher's refused presses: the local edge vs the local API without it
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         if "transport" in args.only:
             out["transport"] = _in_child(transport.run, list(profile.depths), profile.sends, _progress)
         if "path" in args.only:
-            _progress("request path: handler vs place_order vs bare EVALSHA")
+            _progress("request path: handler vs place_order vs bare EVALSHA, and vs the resolver's path")
             out["request_path"] = _in_child(request_path.run, stack.info, profile.path)
         if "persister" in args.only:
             _progress("persister: handler vs raw PyMySQL, then the drain")

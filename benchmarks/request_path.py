@@ -4,6 +4,9 @@ Three contenders per kind of press:
 
 - ``handler``: ``SeckillApiFunction``'s ``lambda_handler``, imported as the runtime
   does, on an API Gateway event (Powertools as deployed, tracing off);
+- ``resolver`` (the sold-out cache warm, and duplicates): the same handler with the press
+  routed through the Powertools resolver, as every other route is, instead of its own
+  path (docs/architecture.md, "The fast path of a press");
 - ``place_order``: ``seckill.press.orders.place_order`` on the same clients the
   handler builds (Gate, OrderQueue, Database), without the HTTP layer;
 - ``evalsha``: a bare redis-py ``EVALSHA`` of the same gate script on a plain
@@ -86,6 +89,8 @@ class Paths:
         os.environ.pop("SECKILL_REFUSAL_CACHE_SECONDS")
         apply_env(env)
         self.handler_warm = load_handler(fn)
+        self.handler_resolver = load_handler(dataclasses.replace(fn, logical_id="SeckillApiFunctionResolver"))
+        sys.modules[self.handler_resolver.__module__].PRESS = None  # no route key matches: the resolver's
         self.fn = fn
         settings = Settings.from_env()
         self.redis = redis_client(settings)
@@ -117,8 +122,9 @@ class Paths:
         reads them once the clock has stopped: reading an answer is the client's work)."""
         voucher = self.open_sale if kind in {"duplicate", "accepted"} else self.sold_out
         users = [far_id() if kind == "accepted" else self.buyer for _ in range(n)]
-        if contender == "handler":
+        if contender in ("handler", "resolver"):
             handler = self.handler_warm if kind == "refused_cache_warm" else self.handler_cold
+            handler = self.handler_resolver if contender == "resolver" else handler
             events = [press_event(self.event, voucher, u, i) for i, u in enumerate(users)]
             contexts = [LocalContext(self.fn.logical_id, self.fn.timeout) for _ in users]
             return lambda: [handler(e, c) for e, c in zip(events, contexts, strict=True)]
@@ -167,8 +173,9 @@ class Paths:
             count = min(size, n - start)
             for contender in contenders[turn % len(contenders) :] + contenders[: turn % len(contenders)]:
                 loop = self.requests(kind, contender, count)
-                if kind == "refused_cache_warm":  # both have just seen SOLD_OUT
-                    self.handler_warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
+                if kind == "refused_cache_warm":  # each has just seen SOLD_OUT
+                    for warm in (self.handler_warm, self.handler_resolver):
+                        warm(press_event(self.event, self.sold_out, self.buyer, 0), LocalContext("warm", 30))
                     orders.place_order(
                         self.gate_warm, self.redis, self.queue, self.db, self.sold_out, self.buyer, status_ttl=self.ttl
                     )
@@ -203,7 +210,7 @@ class Paths:
 def label(contender: str, answer: Any) -> str:
     """An answer as ``KINDS`` names it: the handler's HTTP answer, place_order's order id
     or refusal, the gate script's reply."""
-    if contender == "handler":
+    if contender in ("handler", "resolver"):
         return outcome(answer)[0]
     if contender == "place_order":
         return f"{answer.status} {answer.code}" if isinstance(answer, Refusal) else "202"
@@ -215,6 +222,8 @@ def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
     paths = Paths(info)
     plan = {kind: [c for c in CONTENDERS if not (kind == "refused_cache_warm" and c == "evalsha")] for kind in KINDS}
     plan["refused_cache_off"].append("id_before_gate")
+    plan["refused_cache_warm"].append("resolver")
+    plan["duplicate"].append("resolver")
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {(k, c): [] for k, cs in plan.items() for c in cs}
     kinds = list(plan)
     for r in range(sizes.rounds):

@@ -11,6 +11,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import uuid
@@ -137,6 +138,24 @@ def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
         return list(cursor.fetchall())
 
     return db.run(execute)
+
+
+def race(*calls: Callable[[], Any]) -> list[Any]:
+    """Runs the calls at once, each on a thread (and a connection) of its own."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return answers
 
 
 def accept(gate: Gate, voucher_id: int, user_id: int | None = None, *, promise: bool = True) -> OrderMessage:

@@ -100,7 +100,7 @@ class DeployedSale(Sale):
 
     def listed_stock(self) -> int | None:
         """The voucher's stock in MySQL, as the public voucher list shows it (None: not listed)."""
-        url = f"{self.api_url}/voucher/list/{self.args.shop_id}?after={self.voucher_id - 1}&limit=1"
+        url = f"{self.user_url}/voucher/list/{self.args.shop_id}?after={self.voucher_id - 1}&limit=1"
         response = self.http.request("GET", url)
         listed = json.loads(response.data).get("data") if response.status == 200 else None
         return int(listed[0]["stock"]) if listed and listed[0]["id"] == self.voucher_id else None

@@ -36,6 +36,8 @@ PASSLESS = 0.01  # share of the users who press without ever entering: no pass, 
 LOSERS_AUDITED = 200  # losers audited beside every winner
 EDGE_SHARE = 0.97  # the share of the presses the edge must answer, first second included...
 FUNCTION_SHARE = 0.03  # ...where the first move's admitted (admitFactor x stock) press at most this share of them
+# A record read before the stop may be served for 2 s more (docs/draw.md, "The public record").
+REVEALED_WITHIN = 5.0
 
 
 @dataclass(frozen=True)
@@ -150,15 +152,26 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
     return entries, passless
 
 
+def revealed_record(sale: LocalSale) -> dict[str, Any]:
+    """The draw record once it shows the seed the stop revealed (or as it is after
+    ``REVEALED_WITHIN``), read where buyers read it."""
+    deadline = time.monotonic() + REVEALED_WITHIN
+    while True:
+        record = fetch_record(sale.user_url, sale.voucher_id, sale.http)
+        if record.get("seed") is not None or time.monotonic() >= deadline:
+            return record
+        time.sleep(0.2)
+
+
 def admitted_crowd(
     sale: LocalSale, tokens: dict[int, str], entries: dict[int, Entry], patience: float
 ) -> Callable[[object], dict[int, str]]:
     """A draw's later waves (``HoldsRun``'s crowd): the entrants a move of the cursor admitted
     since they last pressed, as a waiting client learns it from the draw record."""
-    pressed = Cursor(fetch_record(sale.api_url, sale.voucher_id, sale.http)).admitted(entries)
+    pressed = Cursor(fetch_record(sale.user_url, sale.voucher_id, sale.http)).admitted(entries)
 
     def crowd(_: object) -> dict[int, str]:
-        fresh = newly_admitted(lambda: fetch_record(sale.api_url, sale.voucher_id, sale.http), entries, pressed,
+        fresh = newly_admitted(lambda: fetch_record(sale.user_url, sale.voucher_id, sale.http), entries, pressed,
                                patience)  # fmt: skip
         pressed.update(fresh)
         return {u: tokens[u] for u in sorted(fresh)}

@@ -25,6 +25,7 @@ from seckill_demo.draw import (
     entry_budget,
     move_marks,
     open_draw,
+    revealed_record,
 )
 from seckill_demo.edge import (
     REFUSED_ON_SALE_WITHIN,
@@ -46,7 +47,6 @@ from seckill_demo.report import Check, Outcome, Report, check_invariants
 from seckill_demo.sale import LocalSale, console, decided, finish, progress_bars
 from seckill_demo.stock_sampler import StockSampler
 from seckill_demo.timing import PRESS_ROUTE, durations, function_time
-from seckill_ops.draw import fetch_record
 
 
 def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> int:
@@ -112,7 +112,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     draw_run = None
     if entries:
         sale.admin.stop(sale.voucher_id)  # the sale is over: the seed is revealed
-        record = fetch_record(sale.api_url, sale.voucher_id, sale.http)
+        record = revealed_record(sale)
         draw_run = DrawRun(
             sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
             args.presses, EDGE_SKEW,

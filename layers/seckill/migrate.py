@@ -15,6 +15,7 @@ import pymysql
 from pymysql.constants import ER
 from pymysql.cursors import DictCursor
 
+from seckill.draw import entrants
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, connect, credentials
 
@@ -52,8 +53,16 @@ def migrate(creds: Credentials) -> list[str]:
         with conn.cursor(DictCursor) as cursor:
             cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{creds.database}` CHARACTER SET utf8mb4")
             cursor.execute(f"USE `{creds.database}`")
+            cursor.execute(
+                "SELECT TABLE_NAME AS t FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (creds.database,)
+            )
+            existing = {row["t"] for row in cursor.fetchall()}
             for statement in statements():
                 cursor.execute(statement)
+            if "tb_draw_entrants" not in existing:
+                # The draws entered before the count was kept get it once, when its table
+                # arrives (as pay_by below): from then on each entry counts itself.
+                cursor.execute(entrants.RECOUNT)
             added = _add_columns(cursor, creds.database)
             if ("tb_voucher_order", "pay_by") in added:
                 # Orders confirmed before holds existed get their deadline once, when the

@@ -320,5 +320,15 @@ def admin_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def public_route(responses: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The OpenAPI arguments of a route anyone may call."""
-    return {"responses": {**responses, 503: UNAVAILABLE}}
+    """The OpenAPI arguments of a route anyone may call, through the edge when the stack has one."""
+    return {
+        "responses": {
+            **responses,
+            403: _response(
+                "(With the edge) the request came around CloudFront, without its origin header: the function "
+                "answers as API Gateway answers a user route's",
+                _gateway("Forbidden"),
+            ),
+            503: UNAVAILABLE,
+        }
+    }

@@ -1,12 +1,15 @@
-"""The secret origin header: only CloudFront's requests reach the user routes.
+"""The secret origin header: only CloudFront's requests reach the routes the edge serves.
 
 With the edge, CloudFront adds ``x-seckill-origin: <secret>`` to every request it sends
 the API, and the authorizer refuses a user route's request without it, so no press,
-entry, status or cancel goes around the edge to the API's own endpoint (docs/deploy.md,
-"No way around the edge"). In AWS the secret is a Secrets Manager secret, JSON
-``{"current": "...", "previous": "..."}`` (both accepted while a rotation reaches
-CloudFront); locally ``SECKILL_ORIGIN_SECRET`` holds the value itself. Neither set: no
-check (a stack without an edge).
+entry, status or cancel goes around the edge to the API's own endpoint; the function
+refuses the same way a call of the public routes the edge serves, the voucher list and
+the draw record (``AroundTheEdge``; docs/deploy.md, "No way around the edge").
+
+In AWS the secret is a Secrets Manager secret, JSON ``{"current": "...", "previous":
+"..."}`` (both accepted while a rotation reaches CloudFront); locally
+``SECKILL_ORIGIN_SECRET`` holds the value itself. Neither set: no check (a stack
+without an edge).
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ HEADER = "x-seckill-origin"
 # How long a container keeps the secret before reading it again: a rotation's new
 # value is accepted everywhere within this time.
 MAX_AGE_SECONDS = 60
+
+
+class AroundTheEdge(Exception):
+    """A public route called without the origin header: answered as API Gateway answers a
+    user route's call that its authorizer denied, 403 ``{"message":"Forbidden"}``."""
 
 
 class OriginCheck:
@@ -38,6 +46,11 @@ class OriginCheck:
             return cls(lambda: _from_secret(arn))
         return cls(None)
 
+    @property
+    def edge(self) -> bool:
+        """Whether the stack has an edge (a secret to check)."""
+        return self.secrets is not None
+
     def admits(self, headers: Mapping[str, str]) -> bool:
         if self.secrets is None:
             return True
@@ -45,6 +58,11 @@ class OriginCheck:
         # Every value compared, each in constant time: no timing tells which one is close.
         matches = [hmac.compare_digest(sent.encode(), secret.encode()) for secret in self.secrets()]
         return bool(sent) and any(matches)
+
+    def require(self, headers: Mapping[str, str]) -> None:
+        """``AroundTheEdge`` unless the request came through the edge."""
+        if not self.admits(headers):
+            raise AroundTheEdge
 
 
 def _from_secret(arn: str) -> tuple[str, ...]:

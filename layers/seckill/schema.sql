@@ -89,6 +89,15 @@ CREATE TABLE IF NOT EXISTS tb_draw_entry (
   KEY idx_ticket (voucher_id, ticket)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
+-- A draw's entrants, counted as they enter (seckill.draw.entrants): the public record
+-- sums these rows instead of counting the entries. Slots spread entries made at once.
+CREATE TABLE IF NOT EXISTS tb_draw_entrants (
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  slot         TINYINT UNSIGNED NOT NULL COMMENT 'user_id % 16',
+  entrants     INT             NOT NULL COMMENT 'the entries of this slot''s users',
+  PRIMARY KEY (voucher_id, slot)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
 -- The cursor's moves: each takes effect at at_ms and admits what it names. A paced
 -- move is recorded as its steps, each a row.
 CREATE TABLE IF NOT EXISTS tb_draw_move (

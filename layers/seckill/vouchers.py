@@ -182,7 +182,10 @@ def _admission(voucher: S) -> S:
     voucher = voucher.model_copy(
         update={name: DRAW_DEFAULTS[name] if value is None else value for name, value in given.items()}
     )
-    closes_at = voucher.closes_at
+    try:
+        closes_at = voucher.closes_at
+    except OverflowError:  # the close would fall before the year 1: long past
+        closes_at = None
     if closes_at is None or closes_at <= datetime.now(UTC):
         raise BadRequest("beginTime: a draw's must be more than drawCloseSeconds from now")
     return voucher

@@ -11,8 +11,9 @@
 Redis and MySQL are the real local servers named in the env-vars file.
 --edge runs with the edge: the functions tell EdgeStateQueue of each state change,
 feed runs EdgePublisherFunction on the local edge's store, and start-api serves the
-routes through the CloudFront Function too, the authorizer requiring the origin
-header (a secret of the run's own, SECKILL_ORIGIN_SECRET) the edge adds to each.
+routes through the CloudFront Function too, the authorizer and the API function
+requiring the origin header (a secret of the run's own, SECKILL_ORIGIN_SECRET) the
+edge adds to each.
 SECKILL_LOCAL_WORKER_HOOK=module:function (in the env-vars file or the environment)
 is called in each function's container as it starts, with the function's logical id
 and the container's number.
@@ -67,8 +68,8 @@ class Runner:
         self.prefix = args.queue_prefix
         self.visibility_timeout = getattr(args, "visibility_timeout", None)
         self.edge: bool = getattr(args, "edge", False)
-        # With the edge, the authorizer requires the origin header the local edge adds
-        # (seckill.origin): a secret of this run's own.
+        # With the edge, the authorizer and the API function require the origin header the
+        # local edge adds (seckill.origin): a secret of this run's own.
         self.origin_secret = secrets.token_urlsafe(32) if self.edge else ""
         self.kvs_endpoint: str = getattr(args, "kvs_endpoint", None) or DEFAULT_KVS_ENDPOINT
         self._queues: dict[str, str] | None = None

@@ -234,7 +234,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--endpoint",
         default=LOCAL_ENDPOINT,
-        help="the API (or the CloudFront distribution) serving the draw record (default: the local API, %(default)s)",
+        help="the CloudFront distribution serving the draw record, or the API of a stack without one (default: the "
+        "local API, %(default)s)",
     )
     v.add_argument("--json", action="store_true", help="print the audit as JSON")
     return p

@@ -1,7 +1,7 @@
 """``seckill-local start-api --edge``: the local edge in front of the runner's own HTTP API,
 as a user starts it. What the edge does not answer is answered by the API; what it
-answers never reaches the API; and a user route called on the API's own port, around
-the edge, is refused (the origin header only the edge adds)."""
+answers never reaches the API; and a route the edge serves called on the API's own
+port, around the edge, is refused (the origin header only the edge adds)."""
 
 from __future__ import annotations
 
@@ -79,10 +79,14 @@ def test_the_edge_passes_on_what_it_does_not_answer_and_answers_a_sold_out_press
         answers = [http.request(method, f"{fronted[side]}{target}", **kwargs) for side in ("edge", "api")]
         return [(a.status, a.headers.get("x-seckill-edge"), a.data) for a in answers]
 
-    listed = both("GET", "/voucher/list/1?current=1")
-    assert listed[0] == listed[1]
-    assert listed[0][0] == 200
     forbidden = (403, None, b'{"message":"Forbidden"}')
+    # The public routes the edge forwards: answered through it, refused around it.
+    listed = both("GET", "/voucher/list/1?current=1")
+    assert listed[0][0] == 200
+    assert listed[1] == forbidden
+    record = both("GET", f"/voucher/seckill/{voucher_id}/draw")
+    assert record[0][0] == 404  # VOUCHER_NOT_FOUND, from the function
+    assert record[1] == forbidden
     pressed = both("POST", f"/voucher-order/seckill/{voucher_id}", headers={"authorization": token})
     assert pressed[0][0] == 404  # VOUCHER_NOT_FOUND, from the function
     assert pressed[1] == forbidden  # around the edge

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from seckill import passes
-from seckill.draw import moves
+from seckill.draw import entries, moves
 from seckill.draw.moves import ClockMessage, ClockQueue, Tick
 from seckill.draw.tickets import early_ticket, late_ticket
 from seckill.edge.state import EdgeState
@@ -42,6 +43,7 @@ from tests.helpers import (
     module_of,
     new_user,
     persist,
+    race,
     recover,
     seckill_event,
     seckill_voucher_body,
@@ -178,6 +180,8 @@ def cursor_in_redis(redis: Any, voucher_id: int) -> list[tuple[str, int]]:
         ({"admitFactor": 101}, "admitFactor"),
         ({"admitFactor": "2"}, "admitFactor"),
         ({"drawCloseSeconds": 4}, "drawCloseSeconds"),
+        # Its close would fall before the year 1.
+        ({"beginTime": "0001-01-01T00:00Z"}, "beginTime"),
         ({"drawCloseSeconds": 3601}, "drawCloseSeconds"),
         ({"waveSeconds": 4}, "waveSeconds"),
         ({"waveSeconds": 3601}, "waveSeconds"),
@@ -274,15 +278,59 @@ def test_no_entry_once_the_sale_is_stopped_and_the_seed_is_then_revealed(
 ) -> None:
     voucher_id, user = draws(), new_user()
     ticket = enter(call, voucher_id, user)["ticket"]
+    assert body(call(draw_event(voucher_id)))["data"]["seed"] is None
     stop = with_path(load_event("seckill_api_stop_voucher.json"), f"/voucher/seckill/{voucher_id}/stop",
                      voucherId=str(voucher_id))  # fmt: skip
     assert call(stop)["statusCode"] == 200
     expect_refusal(call(enter_event(voucher_id, new_user())), 409, "ENDED")
-    record = body(call(draw_event(voucher_id)))["data"]
+    record = body(call(draw_event(voucher_id)))["data"]  # the container that stopped it reads it again
     seed = bytes.fromhex(record["seed"])
     assert hashlib.sha256(seed).hexdigest() == record["commitment"]
     assert early_ticket(seed, voucher_id, user) == ticket
     assert body(call(enter_event(voucher_id, user, "GET")))["data"]["chance"] == "over"
+
+
+def test_the_record_counts_entries_made_at_once_and_reads_the_count_not_the_entries(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int]
+) -> None:
+    voucher_id = draws()
+    early, late = [new_user() for _ in range(24)], [new_user() for _ in range(6)]
+    # Each user enters twice at once: one entry, counted once.
+    race(*[lambda u=u: entries.enter(db, voucher_id, u) for u in early for _ in range(2)])
+    shift(db, redis, voucher_id, 21)  # the draw closed a second ago
+    race(*[lambda u=u: entries.enter(db, voucher_id, u) for u in late for _ in range(2)])
+    [stored] = db_rows(db, "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s", voucher_id)
+    assert stored["n"] == len(early) + len(late)
+    # The record reads the kept count, never the entries: rows deleted behind its back still
+    # count (and no record of this draw was read before, so none is cached).
+    db_rows(db, "DELETE FROM tb_draw_entry WHERE voucher_id = %s", voucher_id)
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert (record["entrants"], record["lateEntrants"]) == (len(early) + len(late), len(late))
+
+
+def test_a_container_serves_a_record_as_read_for_a_second_and_never_past_the_windows_end(
+    db: Database, redis: Any, draws: Callable[..., int]
+) -> None:
+    voucher_id = draws()
+    now = [1000.0]
+    records = entries.Records(db, entries.RECORD_MAX_AGE, clock=lambda: now[0])
+    uncached = entries.Records(db, 0, clock=lambda: now[0])  # a stack with the edge: its cache is the record's
+    assert records.get(voucher_id)["entrants"] == uncached.get(voucher_id)["entrants"] == 0
+    entries.enter(db, voucher_id, new_user())
+    now[0] += entries.RECORD_MAX_AGE * 0.9
+    assert records.get(voucher_id)["entrants"] == 0  # as read
+    assert uncached.get(voucher_id)["entrants"] == 1
+    now[0] += entries.RECORD_MAX_AGE * 0.2
+    assert records.get(voucher_id)["entrants"] == 1
+    # The window ends 0.6 s from now: the record read before is not served past its end.
+    [left] = db_rows(db, "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), end_time) AS us"
+                         " FROM tb_seckill_voucher WHERE voucher_id = %s", voucher_id)  # fmt: skip
+    shift(db, redis, voucher_id, int(left["us"]) / 1e6 - 0.6)
+    now[0] += 5
+    assert records.get(voucher_id)["seed"] is None
+    time.sleep(0.8)  # the window is over now
+    now[0] += 0.7  # less than RECORD_MAX_AGE after that reading
+    assert records.get(voucher_id)["seed"] is not None
 
 
 def test_unknown_vouchers_and_bad_ids(call: Call) -> None:

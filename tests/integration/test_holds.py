@@ -30,6 +30,7 @@ from tests.helpers import (
     overdue,
     payment_of,
     persist_order,
+    race,
     stocks,
 )
 
@@ -248,24 +249,6 @@ def test_give_back_leaves_a_voucher_redis_lost_to_its_rebuild(
 
 
 # --- races -----------------------------------------------------------------------------------------
-
-
-def race(*calls: Callable[[], Any]) -> list[Any]:
-    """Runs the calls at once, each on a thread (and a connection) of its own."""
-    barrier = threading.Barrier(len(calls))
-    answers: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        answers[i] = calls[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    return answers
 
 
 def test_payment_and_cancel_racing_on_one_hold_one_wins_and_stock_is_right(

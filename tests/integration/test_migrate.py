@@ -12,6 +12,7 @@ import pymysql
 import pytest
 
 from seckill import migrate as migrate_module
+from seckill.draw import entrants
 from seckill.infra.db import Credentials, connect
 from seckill.migrate import migrate
 
@@ -22,6 +23,7 @@ TABLES = {
     "tb_voucher_order_rejection",
     "tb_draw",
     "tb_draw_entry",
+    "tb_draw_entrants",
     "tb_draw_move",
     "tb_order_counter_floor",
 }
@@ -267,3 +269,24 @@ def test_a_payment_id_paying_two_orders_is_reported_and_kept_and_the_rest_migrat
     query(fresh, f"UPDATE {db}.tb_voucher_order SET payment_id = 'p-3' WHERE id = 3")
     assert migrate(fresh) == []
     assert "uk_payment" in {k["INDEX_NAME"] for k in keys_of(fresh, fresh.database)}
+
+
+def test_a_database_from_before_the_kept_count_gets_each_draws_count_once(fresh: Credentials) -> None:
+    assert migrate(fresh) == []
+    db = f"`{fresh.database}`"
+    query(fresh, f"DROP TABLE {db}.tb_draw_entrants")  # as it was before the count was kept
+    users = {7: range(1000, 1000 + 3 * entrants.SLOTS + 5), 8: range(2000, 2003)}
+    for voucher_id, ids in users.items():
+        rows = ", ".join(f"({voucher_id}, {user}, '0{user:016x}', 0)" for user in ids)
+        query(fresh, f"INSERT INTO {db}.tb_draw_entry (voucher_id, user_id, ticket, late) VALUES {rows}")
+    counts = f"SELECT voucher_id, SUM(entrants) AS n FROM {db}.tb_draw_entrants GROUP BY voucher_id ORDER BY voucher_id"
+
+    assert migrate(fresh) == []
+
+    assert tables(fresh, fresh.database) == TABLES
+    assert [(r["voucher_id"], int(r["n"])) for r in query(fresh, counts)] == [(7, len(users[7])), (8, len(users[8]))]
+    # Once: a later migration counts nothing again (each entry counts itself from now on).
+    late = f"(8, 3000, '1{1:016x}', 1)"
+    query(fresh, f"INSERT INTO {db}.tb_draw_entry (voucher_id, user_id, ticket, late) VALUES {late}")
+    assert migrate(fresh) == []
+    assert [(r["voucher_id"], int(r["n"])) for r in query(fresh, counts)] == [(7, len(users[7])), (8, len(users[8]))]

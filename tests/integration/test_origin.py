@@ -1,7 +1,8 @@
 """No way around the edge (seckill.origin): the origin header's secret from Secrets
 Manager (moto), current and previous accepted; the authorizer refusing a request
 without it; and the local API refusing a direct call to a user route, as API Gateway
-does once its authorizer denies."""
+does once its authorizer denies, and to a public route the edge serves, as the
+function does, in the same words."""
 
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def test_a_direct_call_to_the_api_without_the_origin_header_is_refused(
     }
     token = mint(new_user())
     http = urllib3.PoolManager(retries=False, timeout=30)
-    forbidden = (403, {"message": "Forbidden"})
+    # API Gateway's answer, byte for byte, whoever gives it (its authorizer or the function).
+    forbidden = (403, "application/json", b'{"message":"Forbidden"}')
     # Ids no test made: the function answers each 404.
     voucher_id, order_id = 10**15 + secrets.randbelow(10**9), 2**62 + secrets.randbelow(2**40)
     user_routes = [
@@ -136,16 +138,19 @@ def test_a_direct_call_to_the_api_without_the_origin_header_is_refused(
     ]
     with local_api(template, env) as api:
 
-        def call(method: str, path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        def call(method: str, path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
             answer = http.request(method, f"{api}{path}", headers=headers)
-            return answer.status, json.loads(answer.data)
+            return answer.status, answer.headers["content-type"], answer.data
 
         for method, path in user_routes:
             # Through the edge the function answers (the ids name nothing).
-            status, _ = call(method, path, {"authorization": token, HEADER: origin})
-            assert status == 404, (method, path)
+            assert call(method, path, {"authorization": token, HEADER: origin})[0] == 404, (method, path)
             # The same token a moment later, straight to the API: refused, not a cached answer.
             assert call(method, path, {"authorization": token}) == forbidden, (method, path)
             assert call(method, path, {"authorization": token, HEADER: "guess"}) == forbidden, (method, path)
-        # A route without the authorizer is not the authorizer's to refuse.
-        assert call("GET", "/voucher/list/1", {})[0] == 200
+        # The public routes the edge serves: the function refuses them alike, before reading anything.
+        public_routes = [("GET", "/voucher/list/1", 200), ("GET", f"/voucher/seckill/{voucher_id}/draw", 404)]
+        for method, path, status in public_routes:
+            assert call(method, path, {HEADER: origin})[0] == status, (method, path)
+            assert call(method, path, {}) == forbidden, (method, path)
+            assert call(method, path, {HEADER: "guess"}) == forbidden, (method, path)

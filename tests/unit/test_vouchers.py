@@ -138,6 +138,15 @@ def test_a_naive_time_pushed_out_of_range_by_the_zone_names_the_field() -> None:
     assert caught.value.refusal.message.startswith("beginTime:"), caught.value.refusal.message
 
 
+@pytest.mark.parametrize("begin", ["0001-01-01T00:00Z", "0001-01-01T00:00:59Z", "0001-01-01T01:00Z"])
+def test_a_draw_opening_in_the_year_1_is_refused_naming_begin_time(begin: str) -> None:
+    """Its close, drawCloseSeconds (60) before, is before the year 1 for the first two."""
+    body = sample(beginTime=begin, endTime="2099-01-01T00:00Z", admission="draw", drawCloseSeconds=60)
+    with pytest.raises(BadRequest) as caught:
+        parse_voucher(body, SeckillVoucherIn, UTC)
+    assert caught.value.refusal.message.startswith("beginTime:"), caught.value.refusal.message
+
+
 def test_a_window_that_has_already_ended_is_refused_naming_end_time() -> None:
     now = datetime.now(UTC)
     ended = sample(beginTime=(now - timedelta(hours=2)).isoformat(), endTime=(now - timedelta(seconds=1)).isoformat())

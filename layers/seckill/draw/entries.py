@@ -10,12 +10,15 @@ entry takes it exclusively, to number itself.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pymysql.cursors import DictCursor
 
 from seckill import passes
+from seckill.draw import entrants
 from seckill.draw.tickets import admitted, early_ticket, late_ticket
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
@@ -38,6 +41,9 @@ class NotADraw(SeckillError):
 
 
 NOT_FOUND = "no such seckill voucher"
+# How long a container serves a record as read (``Records``) in a stack without the edge,
+# whose cache (2 s) is the record's otherwise: seconds.
+RECORD_MAX_AGE = 1.0
 NO_DRAW = Refusal(404, "VOUCHER_NOT_FOUND", "no such draw")
 
 
@@ -116,44 +122,57 @@ def _entry(cursor: DictCursor, voucher_id: int, user_id: int) -> tuple[str, bool
     return None if row is None else (row["ticket"], bool(row["late"]))
 
 
-def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
-    """The user's entry, stored (once) before this returns; the same ticket again for
-    an entrant. ``Ended`` once the window is over or the sale stopped, ``NotADraw`` for a
-    race, ``NotFound`` for no such voucher."""
+def _open(cursor: DictCursor, voucher_id: int, user_id: int, lock: Lock) -> tuple[Draw, Entry | None]:
+    """The draw, its row locked as asked, and the user's entry if made already; ``Ended``
+    once the window is over or the sale stopped, ``NotADraw`` for a race."""
+    draw = read_draw(cursor, voucher_id, lock)
+    if draw is None:
+        raise NotADraw("this voucher is sold first come, first served: no entry")
+    if draw.over:
+        raise Ended("the sale has ended")
+    known = _entry(cursor, voucher_id, user_id)
+    return draw, None if known is None else Entry(known[0], known[1], draw.end_ms // 1000)
 
-    def work(cursor: DictCursor, lock: Lock) -> Entry | None:
-        draw = read_draw(cursor, voucher_id, lock)
-        if draw is None:
-            raise NotADraw("this voucher is sold first come, first served: no entry")
-        if draw.over:
-            raise Ended("the sale has ended")
-        expires = draw.end_ms // 1000
-        known = _entry(cursor, voucher_id, user_id)
+
+def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
+    """The user's entry, stored (once) before this returns, and counted with it; the same
+    ticket again for an entrant. ``Ended`` once the window is over or the sale stopped,
+    ``NotADraw`` for a race, ``NotFound`` for no such voucher."""
+
+    def early(cursor: DictCursor) -> Entry | None:
+        """Under the shared lock: the entry, made now if the close has not passed; None once it has."""
+        draw, known = _open(cursor, voucher_id, user_id, " LOCK IN SHARE MODE")
         if known is not None:
-            return Entry(known[0], known[1], expires)
-        if draw.now_ms < draw.close_ms:
-            ticket = early_ticket(draw.seed, voucher_id, user_id)
-            # IGNORE: the same user entering twice at once gets the same ticket either way.
-            cursor.execute(
-                "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
-                (voucher_id, user_id, ticket),
-            )
-            return Entry(ticket, False, expires)
-        if lock != " FOR UPDATE":
-            return None  # the close passed: number this entry under the exclusive lock
+            return known
+        if draw.now_ms >= draw.close_ms:
+            return None  # numbered under the exclusive lock, by ``late``
+        ticket = early_ticket(draw.seed, voucher_id, user_id)
+        # IGNORE: the same user entering twice at once gets the same ticket either way,
+        # and only the one whose row went in counts it.
+        cursor.execute(
+            "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
+            (voucher_id, user_id, ticket),
+        )
+        if cursor.rowcount == 1:
+            entrants.count(cursor, voucher_id, user_id)
+        return Entry(ticket, False, draw.end_ms // 1000)
+
+    def late(cursor: DictCursor) -> Entry:
+        """Under the exclusive lock, the close passed: the entry, numbered now if not made yet."""
+        draw, known = _open(cursor, voucher_id, user_id, " FOR UPDATE")
+        if known is not None:
+            return known
         ticket = late_ticket(draw.late_count + 1)
         cursor.execute("UPDATE tb_draw SET late_count = late_count + 1 WHERE voucher_id = %s", (voucher_id,))
         cursor.execute(
             "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
             (voucher_id, user_id, ticket),
         )
-        return Entry(ticket, True, expires)
+        entrants.count(cursor, voucher_id, user_id)
+        return Entry(ticket, True, draw.end_ms // 1000)
 
-    entry = db.run(lambda cursor: work(cursor, " LOCK IN SHARE MODE"))
-    if entry is None:
-        entry = db.run(lambda cursor: work(cursor, " FOR UPDATE"))
-    assert entry is not None  # under the exclusive lock every entry is decided
-    return entry
+    entry = db.run(early)
+    return entry if entry is not None else db.run(late)
 
 
 def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id: int, token: str) -> dict[str, Any]:
@@ -215,7 +234,17 @@ def _pending(redis: RedisClient, voucher_id: int) -> bool:
     return bool(redis.execute_command("HLEN", keys.pending(voucher_id)))
 
 
-def record(db: Database, voucher_id: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Record:
+    """The draw's public record, and how long from its reading it stays as read while only
+    time passes (ms): until the next recorded move takes effect or the window ends (and the
+    seed is out); None once the draw is over, when nothing changes it any more."""
+
+    data: dict[str, Any]
+    steady_ms: int | None
+
+
+def record(db: Database, voucher_id: int) -> Record:
     """The draw's public record: the commitment, the close, the counts, the cursor in
     effect and every move decided, and the seed once the window is over or the sale stopped."""
 
@@ -223,17 +252,43 @@ def record(db: Database, voucher_id: int) -> dict[str, Any]:
         draw = read_draw(cursor, voucher_id)
         if draw is None:
             raise NotFound(NO_DRAW.message, code=NO_DRAW.code)
-        cursor.execute("SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s", (voucher_id,))
-        entrants = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
-        return draw, recorded_moves(cursor, voucher_id), entrants
+        return draw, recorded_moves(cursor, voucher_id), entrants.total(cursor, voucher_id)
 
-    draw, history, entrants = db.run(read, read_only=True)
-    return {
+    draw, history, count = db.run(read, read_only=True)
+    changes = [at for at, _ in history if at > draw.now_ms] + ([] if draw.over else [draw.end_ms])
+    data = {
         "commitment": draw.commitment,
         "closesAt": iso(from_ms(draw.close_ms)),
-        "entrants": entrants,
+        "entrants": count,
         "lateEntrants": draw.late_count,
         "cursor": in_effect(history, draw.now_ms),
         "cursorHistory": [{"at": iso(from_ms(at)), "cursor": cursor} for at, cursor in history],
         "seed": draw.seed.hex() if draw.over else None,
     }
+    return Record(data, min(changes) - draw.now_ms if changes else None)
+
+
+class Records:
+    """A container's cache of the records: each served for ``max_age`` seconds from its
+    reading, so that calls to the API's own endpoint read MySQL once per draw and period at
+    most; never past the moment time alone changes it (``Record.steady_ms``). 0: no cache."""
+
+    def __init__(self, db: Database, max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.db = db
+        self.max_age = max_age
+        self.clock = clock
+        self._kept: dict[int, tuple[float, dict[str, Any]]] = {}  # voucher id -> (until, record)
+
+    def get(self, voucher_id: int) -> dict[str, Any]:
+        now = self.clock()
+        kept = self._kept.get(voucher_id)
+        if kept is not None and now < kept[0]:
+            return kept[1]
+        read = record(self.db, voucher_id)
+        steady = self.max_age if read.steady_ms is None else min(self.max_age, read.steady_ms / 1000)
+        self._kept[voucher_id] = (now + steady, read.data)
+        return read.data
+
+    def forget(self, voucher_id: int) -> None:
+        """A change this container made (the sale stopped): the next call reads it."""
+        self._kept.pop(voucher_id, None)
