@@ -36,7 +36,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 from botocore.exceptions import EndpointConnectionError
 
 from seckill.edge.passkeys import Held
@@ -47,6 +46,7 @@ from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
 from seckill_local.node import MISSING, node
+from seckill_local.secrets import ensure_secret
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, local_region, sqs_client
 from seckill_local.template import Function, Template
 
@@ -128,17 +128,7 @@ class Runner:
     def held_secret(self) -> str:
         """The secret of the pass keys the local edge holds, on the moto server, made empty
         (no `pass-keys` yet) if this run's prefix has none; its name serves as its ARN."""
-        name = f"{self.prefix}{HELD_SECRET}"
-        client = boto3.client(
-            "secretsmanager",
-            endpoint_url=self.endpoint,
-            region_name=local_region(),
-            aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
-        )
-        with contextlib.suppress(client.exceptions.ResourceExistsException):
-            client.create_secret(Name=name, SecretString=Held({}).to_json())
-        return name
+        return ensure_secret(self.endpoint, f"{self.prefix}{HELD_SECRET}", Held({}).to_json())
 
     def pool(self, logical_id: str, containers: int) -> FunctionPool:
         """Warm containers of the function, a REPORT line on stdout per invocation (as ``sam local``)."""

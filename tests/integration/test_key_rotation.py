@@ -6,7 +6,9 @@ going through edge/press.js on Node.js."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -29,6 +31,8 @@ from seckill.edge.state import EdgeState
 from seckill.infra import secrets
 from seckill.infra.errors import TryAgain
 from seckill.origin import HEADER, OriginCheck
+from seckill.passes import KeyRing
+from seckill_local import secrets as local_secrets
 from seckill_local.checkout import ROOT, TEMPLATE
 from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.runner import Runner
@@ -36,10 +40,8 @@ from tests.helpers import load_event, module_of, new_user
 from tests.integration.test_edge_local import Upstream
 from tests.integration.test_edge_publisher import publisher_module
 
-K1, K2 = "11" * 32, "22" * 32
+K1 = "11" * 32
 RING1 = json.dumps({"active": "k1", "keys": {"k1": K1}})
-# The rotation, in one put: the new key added and made active, the old one kept.
-RING2 = json.dumps({"active": "k2", "keys": {"k1": K1, "k2": K2}})
 TOKEN = "rotation-token"
 
 
@@ -69,10 +71,15 @@ def client() -> Any:
     return boto3.client("secretsmanager")
 
 
-def unreadable(name: str) -> None:
-    """Makes every read of the secret fail, as an outage would (restored with restore_secret)."""
-    client().delete_secret(SecretId=name, RecoveryWindowInDays=7)
-    parameters.clear_caches()  # as once the cache's max age has passed
+@contextlib.contextmanager
+def unreadable(*names: str) -> Iterator[None]:
+    """Every read of these secrets fails inside, as in an outage (the local chaos hook)."""
+    endpoint = os.environ["AWS_ENDPOINT_URL_SECRETS_MANAGER"]
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(local_secrets.unreadable(endpoint, name))
+        parameters.clear_caches()  # as once the cache's max age has passed
+        yield
 
 
 @pytest.fixture
@@ -109,6 +116,10 @@ class Stack:
     def publish(self) -> None:
         """The publisher's scheduled run."""
         self.publisher.publish_pass_keys(ask_store=True)
+
+    def rotate(self) -> KeyRing:
+        """The operator's one put (the local chaos hook): k2 added and made active."""
+        return local_secrets.rotate(os.environ["AWS_ENDPOINT_URL_SECRETS_MANAGER"], self.ring, "k2")
 
     def held_now(self) -> Held:
         return Held.from_json(client().get_secret_value(SecretId=self.held)["SecretString"])
@@ -181,11 +192,22 @@ class Presses:
         except BaseException as error:  # the test reads it: a thread's failure is otherwise unseen
             self.errors.append(error)
 
+    @staticmethod
+    def _signing_ring() -> tuple[float, KeyRing]:
+        """When the key was chosen (by the clock it was chosen with), and the ring signing with it."""
+        chosen: list[float] = []
+
+        def clock() -> float:
+            chosen.append(time.time())
+            return chosen[-1]
+
+        ring = passkeys.signing_ring(clock=clock)
+        return chosen[0], ring
+
     def _press_until_stopped(self) -> None:
         user = new_user()
         while not self._stop.is_set():
-            issued_at = time.time()
-            ring = passkeys.signing_ring()
+            issued_at, ring = self._signing_ring()
             shown = passes.sign(ring, self.voucher_id, user, TOKEN, "0" + "1" * 16, int(issued_at) + 3600)
             answer = self._http.request(
                 "POST",
@@ -211,8 +233,7 @@ def test_a_key_rotated_under_load_never_refuses_a_valid_pass_at_the_edge(stack: 
     assert stack.stored()["keys"] == {"k1": K1}
     with Presses(stack.edge, voucher_id) as presses:
         presses.wait_for("k1")
-        # The operator's one step: the new key added and made active.
-        client().put_secret_value(SecretId=stack.ring, SecretString=RING2)
+        rotated_ring = stack.rotate()
         rotated = time.time()
         time.sleep(1.0)
         assert not presses.errors, presses.errors
@@ -220,7 +241,7 @@ def test_a_key_rotated_under_load_never_refuses_a_valid_pass_at_the_edge(stack: 
         assert {p.kid for p in presses.done if p.issued_at > rotated + 0.2} == {"k1"}
         published = time.time()
         stack.publish()
-        assert stack.stored()["keys"] == {"k1": K1, "k2": K2}
+        assert stack.stored()["keys"] == {kid: key.hex() for kid, key in rotated_ring.keys.items()}
         held = stack.held_now().keys
         assert published + 1.0 <= held["k2"] <= time.time() + 1.0
         presses.wait_for("k2")
@@ -237,11 +258,11 @@ def test_a_key_rotated_under_load_never_refuses_a_valid_pass_at_the_edge(stack: 
 
 
 def test_a_publisher_that_read_the_ring_before_a_rotation_never_takes_the_new_key_out(stack: Stack) -> None:
-    client().put_secret_value(SecretId=stack.ring, SecretString=RING2)
+    stack.rotate()
     time.sleep(1.1)  # a later version of the secret (its creation time counts whole seconds)
     stack.publish()
     newer = stack.stored()
-    stale = passkeys.value(passes.KeyRing.from_json(RING1), newer["v"] - 1000)
+    stale = passkeys.value(KeyRing.from_json(RING1), newer["v"] - 1000)
     kvs = local_kvs_client(stack.edge.kvs_endpoint)
     written, stored = passkeys.publish(Publisher(kvs, stack.edge.kvs_arn), stale)
     assert not written
@@ -253,8 +274,11 @@ def test_a_publisher_that_read_the_ring_before_a_rotation_never_takes_the_new_ke
 def test_without_an_edge_the_active_key_signs_at_once(
     secretsmanager: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PASS_KEYS_SECRET_ARN", secretsmanager(RING2))
+    monkeypatch.setenv("PASS_KEYS_SECRET_ARN", secretsmanager(RING1))
     monkeypatch.delenv("PASS_KEYS_HELD_SECRET_ARN", raising=False)
+    assert passkeys.signing_ring().active == "k1"
+    local_secrets.rotate(os.environ["AWS_ENDPOINT_URL_SECRETS_MANAGER"], os.environ["PASS_KEYS_SECRET_ARN"], "k2")
+    parameters.clear_caches()
     assert passkeys.signing_ring().active == "k2"
 
 
@@ -262,22 +286,20 @@ def test_a_failed_refresh_keeps_the_last_good_ring_and_counts_it(stack: Stack, m
     stack.publish()
     signed = passkeys.signing_ring()
     assert signed.active == "k1"
-    unreadable(stack.ring)
-    unreadable(stack.held)
-    assert passkeys.signing_ring() == signed
-    shown = passes.sign(signed, 7, 1010, TOKEN, "0" + "1" * 16, int(time.time()) + 60)
-    assert passes.press_ticket(shown, 7, 1010, TOKEN, time.time()) == "0" + "1" * 16
-    assert metrics.metric_set[secrets.METRIC]["Value"] == [1.0, 1.0]  # the ring, what the edge holds
-    # The publisher writes nothing it could not read afresh: the store keeps its keys.
-    stack.publish()
-    assert stack.stored()["keys"] == {"k1": K1}
+    with unreadable(stack.ring, stack.held):
+        assert passkeys.signing_ring() == signed
+        shown = passes.sign(signed, 7, 1010, TOKEN, "0" + "1" * 16, int(time.time()) + 60)
+        assert passes.press_ticket(shown, 7, 1010, TOKEN, time.time()) == "0" + "1" * 16
+        assert metrics.metric_set[secrets.METRIC]["Value"] == [1.0, 1.0]  # the ring, what the edge holds
+        # The publisher writes nothing it could not read afresh: the store keeps its keys.
+        stack.publish()
+        assert stack.stored()["keys"] == {"k1": K1}
 
 
 def test_a_ring_never_read_is_a_503(secretsmanager: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
     name = secretsmanager(RING1)
-    unreadable(name)
     monkeypatch.setenv("PASS_KEYS_SECRET_ARN", name)
-    with pytest.raises(TryAgain):
+    with unreadable(name), pytest.raises(TryAgain):
         passkeys.signing_ring()
 
 
@@ -297,11 +319,12 @@ def test_the_authorizer_keeps_answering_while_its_origin_secret_cannot_be_read(
     event["headers"][HEADER] = "edge-secret"
     allowed = {"isAuthorized": True, "context": {"userId": str(user_id)}}
     assert authorizer.lambda_handler(event, context) == allowed
-    unreadable(name)
-    assert authorizer.lambda_handler(event, context) == allowed
-    assert authorizer.lambda_handler({**event, "headers": {**event["headers"], HEADER: "x"}}, context) == {
-        "isAuthorized": False
-    }
+    with unreadable(name):
+        assert authorizer.lambda_handler(event, context) == allowed
+        assert authorizer.lambda_handler({**event, "headers": {**event["headers"], HEADER: "x"}}, context) == {
+            "isAuthorized": False
+        }
+        assert metrics.metric_set[secrets.METRIC]["Value"] == [1.0]
 
 
 @pytest.mark.parametrize("edge", [True, False])
