@@ -6,11 +6,15 @@ of what it lacks. A malformed record is a batch item failure, and so is every re
 of a batch whose write failed: SQS retries them, and after maxReceiveCount moves them
 to EdgeStateDeadLetterQueue; the reconciler's next sweep sends every state again.
 Each invocation (a batch, or the PassKeys schedule's) first copies the draw's pass keys
-to the store's `pass-keys` when they changed (seckill.edge.passkeys).
+to the store's `pass-keys` when they changed, and confirms what the store holds in
+PASS_KEYS_HELD_SECRET_ARN, for the functions to sign only with a key the edge holds
+(seckill.edge.passkeys).
 """
 
 from __future__ import annotations
 
+import os
+import time
 import warnings
 from typing import Any
 
@@ -19,13 +23,13 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from seckill import passes
 from seckill.edge import passkeys
 from seckill.edge.publisher import Publisher, kvs_client
 from seckill.edge.state import EdgeState, MalformedState, Sweep, parse_message
 from seckill.infra import warmup
 from seckill.infra.config import Settings
 from seckill.infra.lazy import OnFirstUse
+from seckill.infra.secrets import secretsmanager_client
 
 logger = Logger()
 metrics = Metrics(namespace="Seckill")
@@ -37,27 +41,33 @@ settings = Settings.from_env()
 # (benchmarks/README.md); provisioned and SnapStart containers make it at init.
 kvs = OnFirstUse(kvs_client)
 publisher = Publisher(kvs, settings.edge_kvs_arn)
+# The pass key ring read afresh with its version, and what the edge holds written back.
+secretsmanager = OnFirstUse(secretsmanager_client)
 warmup.prepare(warmup.Connections(clients=[kvs]))
 
-# The `pass-keys` value this container last found or wrote in the store: a batch skips
-# the store's calls while the ring has not changed; the schedule's run always asks it.
+# The `pass-keys` value this container last wrote or found in the store and confirmed: a
+# batch skips the store's calls while the ring has not changed; the schedule's run always asks it.
 confirmed: dict[str, str] = {}
 
 
 def publish_pass_keys(*, ask_store: bool) -> None:
-    """The ring's keys to the store if they changed; never fails the batch (logged and
-    counted: the next invocation tries again)."""
+    """The ring's keys to the store if they changed, then what the store holds confirmed;
+    never fails the batch (logged and counted: the next invocation tries again)."""
     try:
-        ring = passes.load_ring()
-        if ring is None:
+        current = passkeys.current_ring(secretsmanager)
+        if current is None:
             return
-        text = passkeys.value(ring)
+        text = passkeys.value(*current)
         if not ask_store and confirmed.get(passkeys.KEY) == text:
             return
-        written = passkeys.publish(publisher, text)
-        confirmed[passkeys.KEY] = text
+        written, stored = passkeys.publish(publisher, text)
         if written:
             logger.info("pass keys published", extra={"bytes": len(text)})
+        held_arn = os.environ.get("PASS_KEYS_HELD_SECRET_ARN", "")
+        held = passkeys.confirm(secretsmanager, held_arn, stored, time.time()) if held_arn else None
+        if held is not None:
+            logger.info("pass keys held by the edge", extra={"held": held.keys})
+        confirmed[passkeys.KEY] = text
     except Exception:
         logger.exception("the pass keys could not be published")
         metrics.add_metric(name="PassKeysNotPublished", unit=MetricUnit.Count, value=1)

@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from seckill import holds, openapi, passes, vouchers
 from seckill.draw import entries, moves
+from seckill.edge import passkeys
 from seckill.edge.state import StateQueue
 from seckill.ids import parse_id
 from seckill.infra import results, tracing, warmup
@@ -331,7 +332,7 @@ def enter_draw(voucherId: openapi.IdText) -> Response[str]:
     token = token_from_header((event.get("headers") or {}).get("authorization"))
     if token is None:
         raise Unauthorized("login required")
-    return results.ok(entries.enter_with_pass(db, passes.key_ring(), voucher_id, user_id, token))
+    return results.ok(entries.enter_with_pass(db, passkeys.signing_ring(), voucher_id, user_id, token))
 
 
 @app.get(

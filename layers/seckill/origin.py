@@ -18,6 +18,8 @@ import hmac
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from seckill.infra.secrets import secrets
+
 HEADER = "x-seckill-origin"
 # How long a container keeps the secret before reading it again: a rotation's new
 # value is accepted everywhere within this time.
@@ -66,9 +68,7 @@ class OriginCheck:
 
 
 def _from_secret(arn: str) -> tuple[str, ...]:
-    from aws_lambda_powertools.utilities import parameters
-
-    value: Any = parameters.get_secret(arn, transform="json", max_age=MAX_AGE_SECONDS)
+    value: Any = secrets.get(arn, MAX_AGE_SECONDS, "json")
     if not isinstance(value, dict):
         raise TypeError(f"{arn}: the origin secret must be JSON with current and previous")
     current, previous = value.get("current"), value.get("previous")

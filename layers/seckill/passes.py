@@ -10,8 +10,9 @@ HMAC-SHA256, with the key named by ``kid``, of everything before ``.<sig>``. The
 The keys are a ring, ``{"active": kid, "keys": {kid: 64 hex, ...}}``: passes are signed
 with the active key; any key of the ring verifies; a retired key is removed from it.
 In AWS the ring is a Secrets Manager secret (``PASS_KEYS_SECRET_ARN``), read again
-after ``RING_MAX_AGE`` seconds so a rotation is picked up; locally ``SECKILL_PASS_KEYS``
-holds the JSON itself.
+after ``RING_MAX_AGE`` seconds so a rotation is picked up (its last good value kept
+while a refresh fails: seckill.infra.secrets); locally ``SECKILL_PASS_KEYS`` holds the
+JSON itself. Which key signs, given what the edge holds: seckill.edge.passkeys.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seckill.infra.errors import TryAgain
+from seckill.infra.secrets import secrets
 
 PASS_HEADER = "x-seckill-pass"  # noqa: S105  # a header name
 # How long a function keeps the ring it read from Secrets Manager.
@@ -122,9 +124,7 @@ def load_ring(env: os._Environ[str] | dict[str, str] | None = None) -> KeyRing |
     env = os.environ if env is None else env
     arn = env.get("PASS_KEYS_SECRET_ARN", "")
     if arn:
-        from aws_lambda_powertools.utilities import parameters
-
-        secret: Any = parameters.get_secret(arn, max_age=RING_MAX_AGE)
+        secret: Any = secrets.get(arn, RING_MAX_AGE)
         return _parsed(secret if isinstance(secret, str) else secret.decode("utf-8"))
     text = env.get("SECKILL_PASS_KEYS", "")
     return _parsed(text) if text else None

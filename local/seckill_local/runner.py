@@ -39,6 +39,7 @@ from typing import Any
 
 from botocore.exceptions import EndpointConnectionError
 
+from seckill.edge.passkeys import Held
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.checkout import TEMPLATE
 from seckill_local.edge import EdgeServer, kvs_environment
@@ -46,6 +47,7 @@ from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
 from seckill_local.node import MISSING, node
+from seckill_local.secrets import ensure_secret
 from seckill_local.sqs import DEFAULT_ENDPOINT, LOCAL_AWS, ensure_queues, local_region, sqs_client
 from seckill_local.template import Function, Template
 
@@ -56,6 +58,8 @@ EDGE_QUEUE = "EdgeStateQueue"
 EDGE_QUEUE_VARIABLE = "EDGE_STATE_QUEUE_URL"
 ORIGIN_VARIABLE = "SECKILL_ORIGIN_SECRET"
 EDGE_KVS_VARIABLE = "EDGE_KVS_ARN"
+HELD_VARIABLE = "PASS_KEYS_HELD_SECRET_ARN"
+HELD_SECRET = "PassKeysHeldSecret"  # noqa: S105  # a resource name
 
 
 class Runner:
@@ -96,7 +100,14 @@ class Runner:
         refs = dict(self.template.parameters)
         refs.update(self.env_vars.get("Parameters", {}))
         refs.update(self.queues())
-        env = {**LOCAL_AWS, "AWS_ENDPOINT_URL_SQS": self.endpoint, "POWERTOOLS_TRACE_DISABLED": "true"}
+        # Secrets Manager too is the local moto server's (a secret named in the env-vars file,
+        # the pass keys the edge holds).
+        env = {
+            **LOCAL_AWS,
+            "AWS_ENDPOINT_URL_SQS": self.endpoint,
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.endpoint,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
         env.update(function_environment(self.template, fn, refs, self.env_vars))
         if self.edge and EDGE_KVS_VARIABLE in fn.environment:
             # The publisher writes the local edge's store, whatever ARN the env-vars file
@@ -104,12 +115,21 @@ class Runner:
             env.update(kvs_environment(self.kvs_endpoint))
         if self.edge and ORIGIN_VARIABLE in fn.environment:
             env[ORIGIN_VARIABLE] = self.origin_secret
+        if HELD_VARIABLE in fn.environment:
+            # With the edge, the publisher confirms there which pass keys the local edge holds
+            # and the API signs only with those, as in AWS; without, the active key signs.
+            env[HELD_VARIABLE] = self.held_secret() if self.edge else ""
         if EDGE_QUEUE_VARIABLE in fn.environment:
             # Whatever condition the template puts on it: a local run has an edge when asked for;
             # without one the functions send no notices (nothing would publish them).
             edge_queue = self.queues().get(EDGE_QUEUE) if self.edge else None
             env[EDGE_QUEUE_VARIABLE] = edge_queue or ""
         return env
+
+    def held_secret(self) -> str:
+        """The secret of the pass keys the local edge holds, on the moto server, made empty
+        (no `pass-keys` yet) if this run's prefix has none; its name serves as its ARN."""
+        return ensure_secret(self.endpoint, f"{self.prefix}{HELD_SECRET}", Held({}).to_json())
 
     def pool(self, logical_id: str, containers: int) -> FunctionPool:
         """Warm containers of the function, a REPORT line on stdout per invocation (as ``sam local``)."""

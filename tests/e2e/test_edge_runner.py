@@ -5,6 +5,7 @@ port, around the edge, is refused (the origin header only the edge adds)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,12 +20,14 @@ import pytest
 import urllib3
 
 from seckill.edge import passkeys
+from seckill.edge.passkeys import Held
 from seckill.edge.publisher import Publisher
 from seckill.edge.state import claim
 from seckill.infra import keys
 from seckill.infra.db import Credentials
 from seckill.infra.lua_scripts import Scripts
 from seckill.passes import KeyRing
+from seckill_local import secrets as local_secrets
 from seckill_local.checkout import ROOT
 from seckill_local.edge import KVS_ARN, local_kvs_client
 from seckill_local.lambdas import DEV_PASS_KEYS, local_parameters
@@ -109,7 +112,8 @@ def test_the_publishers_schedule_puts_the_pass_keys_in_the_edges_store(
     fronted: dict[str, str], tmp_path: Path, creds: Credentials, sqs_endpoint: str, sqs: Any
 ) -> None:
     """``schedule --once --edge``: EdgePublisherFunction's minute schedule, the ring's keys
-    (SECKILL_PASS_KEYS) copied to `pass-keys` without `active`."""
+    (SECKILL_PASS_KEYS) copied to `pass-keys` without `active`, and confirmed as held in
+    the run's PassKeysHeldSecret on the moto server."""
     ring = {"active": "k2", "keys": {"k1": "a1" * 32, "k2": "b2" * 32}}
     env_file = tmp_path / "env.json"
     parameters = local_parameters(os.environ["REDIS_URL"], creds) | {"SECKILL_PASS_KEYS": json.dumps(ring)}
@@ -117,16 +121,21 @@ def test_the_publishers_schedule_puts_the_pass_keys_in_the_edges_store(
     prefix = f"p{uuid.uuid4().hex[:8]}-"
     command = [str(SECKILL_LOCAL), "schedule", "--once", "--edge", "--kvs-endpoint", fronted["kvs"]]
     command += ["--env-vars", str(env_file), "--sqs-endpoint", sqs_endpoint, "--queue-prefix", prefix]
+    manager = local_secrets.client(sqs_endpoint)
     try:
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)  # noqa: S603
+        assert done.returncode == 0, done.stderr
+        held = Held.from_json(manager.get_secret_value(SecretId=f"{prefix}PassKeysHeldSecret")["SecretString"])
     finally:
         delete_queues_with_prefix(sqs, prefix)
-    assert done.returncode == 0, done.stderr
+        with contextlib.suppress(manager.exceptions.ResourceNotFoundException):
+            manager.delete_secret(SecretId=f"{prefix}PassKeysHeldSecret", ForceDeleteWithoutRecovery=True)
     ran = {json.loads(line)["function"] for line in done.stdout.splitlines() if line.startswith("{")}
     assert ran == {"ReconcilerFunction", "EdgePublisherFunction"}
     kvs = local_kvs_client(fronted["kvs"])
     stored = kvs.get_key(KvsARN=KVS_ARN, Key="pass-keys")["Value"]
-    assert json.loads(stored) == {"keys": ring["keys"]}
+    assert json.loads(stored) == {"keys": ring["keys"], "v": 0}
+    assert sorted(held.keys) == ["k1", "k2"]
 
 
 def test_the_edge_answers_every_draw_refusal_as_the_function_does(

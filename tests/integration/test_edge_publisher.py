@@ -404,16 +404,18 @@ def ring(data: dict[str, Any]) -> KeyRing:
 
 def test_the_pass_keys_are_written_without_active_and_only_when_they_change(edge: EdgeServer, kvs: Any) -> None:
     publisher = Publisher(kvs, edge.kvs_arn)
-    text = passkeys.value(ring(RING))
-    assert json.loads(text) == {"keys": RING["keys"]}
-    assert passkeys.publish(publisher, text) is True
+    text = passkeys.value(ring(RING), 1000)
+    assert json.loads(text) == {"keys": RING["keys"], "v": 1000}
+    assert passkeys.publish(publisher, text) == (True, text)
     assert stored(kvs, edge.kvs_arn, passkeys.KEY) == text
     etag = kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"]
-    assert passkeys.publish(publisher, text) is False
+    assert passkeys.publish(publisher, text) == (False, text)
     assert kvs.describe_key_value_store(KvsARN=edge.kvs_arn)["ETag"] == etag  # nothing written
-    retired = passkeys.value(ring({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}))
-    assert passkeys.publish(publisher, retired) is True
+    retired = passkeys.value(ring({"active": "k2", "keys": {"k2": RING["keys"]["k2"]}}), 2000)
+    assert passkeys.publish(publisher, retired) == (True, retired)
     assert stored(kvs, edge.kvs_arn, passkeys.KEY) == retired
+    # A ring read before that change (an older version) leaves it.
+    assert passkeys.publish(publisher, text) == (False, retired)
 
 
 def test_a_concurrent_write_fails_the_pass_keys_write(edge: EdgeServer, kvs: Any, other: Any) -> None:
@@ -436,9 +438,9 @@ def test_a_ring_over_a_store_value_is_refused() -> None:
 
 
 def test_the_largest_ring_that_fits(edge: EdgeServer, kvs: Any) -> None:
-    text = passkeys.value(ring(ring_of(11)))
-    assert len(text) == 956
-    assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) is True  # the store takes it
+    text = passkeys.value(ring(ring_of(11)), 1_796_040_000_000)  # a version in epoch ms
+    assert len(text) == 974
+    assert passkeys.publish(Publisher(kvs, edge.kvs_arn), text) == (True, text)  # the store takes it
 
 
 @pytest.fixture
@@ -453,18 +455,18 @@ def test_the_handler_publishes_the_pass_keys_on_its_schedule_and_with_each_batch
 ) -> None:
     # The schedule's event (EventBridge Scheduler): no records.
     assert ring_publisher.lambda_handler({}, context) == {"batchItemFailures": []}
-    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"], "v": 0}
     # Someone replaced it: the next scheduled run puts it back.
     write(other, edge.kvs_arn, passkeys.KEY, "{}")
     ring_publisher.lambda_handler({}, context)
-    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"], "v": 0}
     # A batch: the ring is published, and the states too.
     write(other, edge.kvs_arn, passkeys.KEY, "{}")
     ring_publisher.confirmed.clear()  # as in a new container
     sample = "edge_publisher.json"
     newer, _ = (r["body"] for r in load_event(sample)["Records"])
     assert invoke(ring_publisher, context, sample, sqs_record(newer, sample)) == set()
-    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"]}
+    assert json.loads(stored(kvs, edge.kvs_arn, passkeys.KEY)) == {"keys": RING["keys"], "v": 0}
 
 
 def test_the_handler_never_fails_a_batch_for_the_pass_keys(

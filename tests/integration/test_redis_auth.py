@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 from redis.exceptions import AuthenticationError
 
 from seckill.infra.clients import redis_client
@@ -82,3 +83,19 @@ def test_the_token_must_be_a_plain_string_secret(protected_url: str, secret: Cal
     client = client_for(protected_url, secret(SecretBinary=TOKEN.encode()))
     with pytest.raises(TypeError, match="plain string"):
         client.ping()
+
+
+def test_a_failed_refresh_of_the_token_keeps_the_last_good_one(protected_url: str, secret: Callable[..., str]) -> None:
+    """A new connection after the cache's max age, while Secrets Manager fails, still logs in."""
+    name = secret(SecretString=TOKEN)
+    client = client_for(protected_url, name)
+    assert client.ping() is True
+    secrets_manager: Any = boto3.client("secretsmanager")
+    secrets_manager.delete_secret(SecretId=name, RecoveryWindowInDays=7)  # every read now fails
+    parameters.clear_caches()
+    client.connection_pool.disconnect()  # the next command opens a connection, asking for the token
+    try:
+        assert client.ping() is True
+    finally:
+        secrets_manager.restore_secret(SecretId=name)
+        client.close()

@@ -20,6 +20,7 @@ import pytest
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
+from seckill.infra import secrets
 from seckill_local.checkout import ROOT, TEMPLATE
 from seckill_local.template import Function, Template
 from seckill_ops import stack_outputs
@@ -43,6 +44,8 @@ NEEDS: dict[str, set[str]] = {
     "settings.timezone": {"SECKILL_TIMEZONE"},
     "draw_clock_queue_url": {"DRAW_CLOCK_QUEUE_URL"},
     "key_ring(": {"PASS_KEYS_SECRET_ARN"},
+    "signing_ring(": {"PASS_KEYS_SECRET_ARN", "PASS_KEYS_HELD_SECRET_ARN"},
+    "current_ring(": {"PASS_KEYS_SECRET_ARN", "PASS_KEYS_HELD_SECRET_ARN"},
     "ensure_ring(": {"PASS_KEYS_SECRET_ARN"},
     "Logger(": {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"},
 }
@@ -73,6 +76,7 @@ def data_output(name: str) -> dict[str, Any]:
 DB_SECRET = data_output("DbSecretArn")
 REDIS_SECRET = data_output("RedisAuthSecretArn")
 PASS_SECRET = {"Ref": "PassKeysSecret"}
+HELD_SECRET = {"Ref": "PassKeysHeldSecret"}
 ORIGIN_SECRET = {"Ref": "OriginSecret"}
 
 
@@ -204,8 +208,14 @@ def secrets_read(data: dict[str, Any], logical_id: str) -> list[Any]:
 
 
 def test_functions_using_a_secret_may_read_it_and_no_other_may(template: Template, data: dict[str, Any]) -> None:
-    users: dict[str, set[str]] = {"Redis": set(), "MySQL": set(), "passes": set(), "origin": set()}
-    secrets = (("Redis", REDIS_SECRET), ("MySQL", DB_SECRET), ("passes", PASS_SECRET), ("origin", ORIGIN_SECRET))
+    users: dict[str, set[str]] = {"Redis": set(), "MySQL": set(), "passes": set(), "origin": set(), "held": set()}
+    secrets = (
+        ("Redis", REDIS_SECRET),
+        ("MySQL", DB_SECRET),
+        ("passes", PASS_SECRET),
+        ("origin", ORIGIN_SECRET),
+        ("held", HELD_SECRET),
+    )
     for fn in template.functions.values():
         code = source(fn)
         uses = {
@@ -213,8 +223,12 @@ def test_functions_using_a_secret_may_read_it_and_no_other_may(template: Templat
             "MySQL": "Database.from_settings(" in code or "credentials(" in code,
             # The pass key ring: the API signs and verifies passes, the publisher copies its
             # keys, the migrator puts the first ring.
-            "passes": any(f"{call}(" in code for call in ("key_ring", "load_ring", "ensure_ring")),
+            "passes": any(
+                f"{call}(" in code for call in ("key_ring", "load_ring", "ensure_ring", "signing_ring", "current_ring")
+            ),
             "origin": "OriginCheck.from_env(" in code,
+            # What the edge holds of the ring: the API reads it, the publisher writes it.
+            "held": any(f"{call}(" in code for call in ("signing_ring", "current_ring")),
         }
         assert sorted(map(json.dumps, secrets_read(data, fn.logical_id))) == sorted(
             json.dumps(secret) for store, secret in secrets if uses[store]
@@ -354,7 +368,7 @@ def test_the_queue_is_polled_through_a_mapping_scoped_to_order_queue(data: dict[
 def alarm_on(data: dict[str, Any], namespace: str, metric: str, dimension: Any = None) -> dict[str, Any]:
     """The one alarm on that metric (of that dimension's value, when given)."""
     (alarm,) = [a["Properties"] for a in resources(data, "AWS::CloudWatch::Alarm").values()
-                if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
+                if a["Properties"].get("Namespace") == namespace and a["Properties"].get("MetricName") == metric
                 and (dimension is None or a["Properties"]["Dimensions"][0]["Value"] == dimension)]  # fmt: skip
     assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], f"{metric}: an alarm tells someone"
     return alarm
@@ -377,6 +391,19 @@ def test_alarms(data: dict[str, Any]) -> None:
     service = props(data, "DrawClockFunction")["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
     assert late["Dimensions"] == [{"Name": "service", "Value": service}]
     assert '"DrawCloseMoveLate"' in (ROOT / "functions" / "draw_clock" / "app.py").read_text(encoding="utf-8")
+
+
+def test_a_failed_secret_refresh_alarms_whichever_function_counted_it(data: dict[str, Any]) -> None:
+    """seckill.infra.secrets counts SecretRefreshFailed under each function's own service
+    dimension: the alarm sums them all, with one Metrics Insights query."""
+    alarm = resources(data, "AWS::CloudWatch::Alarm")["SecretRefreshFailedAlarm"]["Properties"]
+    (query,) = alarm["Metrics"]
+    assert query["Expression"] == f"SELECT SUM({secrets.METRIC}) FROM Seckill"
+    assert query["ReturnData"] is True
+    assert query["Period"] == 60
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert float(alarm["Threshold"]) == 1
+    assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": "AlarmTopic"}]
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -666,7 +693,11 @@ def test_mysql_credentials_are_the_secret_rds_manages_and_rotates(data: dict[str
         {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": managed}
     ]
     # No secret of our own for MySQL (one nobody rotates) is left over.
-    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == ["OriginSecret", "PassKeysSecret"]
+    assert sorted(resources(data, "AWS::SecretsManager::Secret")) == [
+        "OriginSecret",
+        "PassKeysHeldSecret",
+        "PassKeysSecret",
+    ]
     assert sorted(resources(stores, "AWS::SecretsManager::Secret")) == ["RedisAuthSecret"]
     # What the functions read is that secret, and Redis's the one its token comes from.
     assert stores["Outputs"]["DbSecretArn"]["Value"] == managed

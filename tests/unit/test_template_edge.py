@@ -190,11 +190,15 @@ def test_the_publisher_runs_outside_the_vpc_with_the_store_only(transformed: dic
         if resource["Type"] == "AWS::IAM::Role" and name != "EdgePublisherFunctionRole":
             assert "cloudfront-keyvaluestore" not in json.dumps(resource["Properties"]), name
     others = [s for s in role_statements(resources, "EdgePublisherFunction") if s is not kvs]
-    # Besides its queue, it reads the pass key ring (copied to `pass-keys`), and no other secret.
+    # Besides its queue, it reads the pass key ring (copied to `pass-keys`) and reads and
+    # writes which keys the edge holds, and no other secret.
     secret = [s for s in others if "secretsmanager" in json.dumps(s)]
     assert [json.dumps(s["Resource"]) for s in secret] == [
-        json.dumps({"Fn::Sub": ["${secretArn}", {"secretArn": {"Ref": "PassKeysSecret"}}]})
+        json.dumps({"Fn::Sub": ["${secretArn}", {"secretArn": {"Ref": "PassKeysSecret"}}]}),
+        json.dumps({"Ref": "PassKeysHeldSecret"}),
     ]
+    assert sorted(actions(secret[1])) == ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"]
+    assert env["PASS_KEYS_HELD_SECRET_ARN"] == {"Ref": "PassKeysHeldSecret"}
     assert all("EdgeStateQueue" in json.dumps(s["Resource"]) for s in others if s not in secret), others
     assert env["PASS_KEYS_SECRET_ARN"] == {"Ref": "PassKeysSecret"}
     assert env["SECKILL_PASS_KEYS"] == {"Ref": "AWS::NoValue"}  # a local knob

@@ -183,18 +183,24 @@ class Publisher:
                 return None
             raise
 
-    def put(self, key: str, value: str) -> bool:
-        """Writes one key that is no sale's state unless the store holds this very value:
-        True if it wrote. One GetKey when nothing changed; else the ETag, the key read
+    def put(
+        self, key: str, value: str, replaces: Callable[[str | None], bool] | None = None
+    ) -> tuple[bool, str | None]:
+        """Writes one key that is no sale's state if ``replaces(the stored value)`` (by
+        default: unless the store holds this very value): whether it wrote, and the value
+        the store holds now. One GetKey when nothing changes; else the ETag, the key read
         again under it, and one UpdateKeys. A concurrent write makes UpdateKeys fail (its
         If-Match is stale): it raises, and the caller's next run writes."""
-        if self.get(key) == value:
-            return False
+        over = replaces or (lambda stored: stored != value)
+        stored = self.get(key)
+        if not over(stored):
+            return False, stored
         etag, _ = self._describe()
-        if self.get(key) == value:
-            return False
+        stored = self.get(key)
+        if not over(stored):
+            return False, stored
         self.kvs.update_keys(KvsARN=self.kvs_arn, IfMatch=etag, Puts=[{"Key": key, "Value": value}])
-        return True
+        return True, value
 
     def list_keys(self) -> dict[str, str]:
         """Every key of the store and its value, by pages of ``PAGE``."""

@@ -21,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from seckill.infra.config import Settings
+from seckill.infra.secrets import secrets
 
 
 class RedisCommands(Protocol):
@@ -84,15 +85,14 @@ class RedisClient(RedisCommands, Protocol):
 class SecretToken(CredentialProvider):
     """The Redis AUTH token, the plain string of a Secrets Manager secret. redis-py asks
     for it at each new connection, so the secret is read when Redis is first used (not at
-    import) and a changed token reaches new connections once get_secret's 5-minute cache expires."""
+    import) and a changed token reaches new connections once get_secret's 5-minute cache expires;
+    a failed refresh keeps the last good token (seckill.infra.secrets)."""
 
     def __init__(self, secret_arn: str) -> None:
         self.secret_arn = secret_arn
 
     def get_credentials(self) -> tuple[str]:
-        from aws_lambda_powertools.utilities import parameters
-
-        token = parameters.get_secret(self.secret_arn, max_age=300)
+        token = secrets.get(self.secret_arn, 300)
         if not isinstance(token, str):
             raise TypeError(f"{self.secret_arn}: the Redis AUTH token must be a plain string secret")
         return (token,)

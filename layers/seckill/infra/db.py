@@ -21,6 +21,7 @@ from pymysql.constants import CR, ER
 from pymysql.cursors import DictCursor
 
 from seckill.infra.config import Settings
+from seckill.infra.secrets import secrets
 
 T = TypeVar("T")
 
@@ -68,9 +69,7 @@ def credentials(settings: Settings) -> Credentials:
             database=settings.db_name,
             tls=settings.db_tls,
         )
-    from aws_lambda_powertools.utilities import parameters
-
-    secret: dict[str, Any] = parameters.get_secret(settings.db_secret_arn, transform="json", max_age=300)
+    secret: dict[str, Any] = secrets.get(settings.db_secret_arn, 300, "json")
     return Credentials(
         host=settings.db_host or secret["host"],
         port=int(secret.get("port", settings.db_port)),
