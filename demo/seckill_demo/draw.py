@@ -114,10 +114,17 @@ def split_users(users: list[int], late: float, seed: int) -> tuple[list[int], li
     )
 
 
-def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tuple[dict[int, Entry], list[int]]:
+def open_draw(
+    sale: LocalSale,
+    tokens: dict[int, str],
+    progress: Progress,
+    at_close: Callable[[float], None] | None = None,
+) -> tuple[dict[int, Entry], list[int]]:
     """The entry phase, through the edge as the users would: most enter before the draw closes,
     ``--late`` of them after it, a few never; then the wait for the opening. (the entries, who
-    never entered); every entrant's pass is the sale's from then on."""
+    never entered); every entrant's pass is the sale's from then on. ``at_close`` (a chaos
+    run's faults at the close) is called with the close (epoch seconds) before it and
+    returns once it has passed."""
     args = sale.args
     early, late, passless = split_users(sorted(tokens), args.late, args.seed)
     closes = sale.opens_at - args.draw_close
@@ -133,6 +140,8 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
             f"[yellow]the entries took {time.time() - closes:.0f} s past the draw's close[/]: the last of them are "
             "late entries (a longer --entry-seconds keeps them in the draw)"
         )
+    if at_close is not None:
+        at_close(closes)
     time.sleep(max(0.0, closes - time.time()))
     entries |= entered(late, "late entries")
     if len(entries) < len(early) + len(late):

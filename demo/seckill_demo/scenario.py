@@ -26,6 +26,8 @@ from seckill_demo.draw import (
     move_marks,
     open_draw,
 )
+from seckill_demo.draw_faults import close_faults, draw_faults_table
+from seckill_demo.draw_moves import DrawStore, check_moves
 from seckill_demo.edge import (
     REFUSED_ON_SALE_WITHIN,
     RETURN_CLEARS_WITHIN,
@@ -63,9 +65,12 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     edge = sale.stack.edge
     entries: dict[int, Entry] = {}
     passless: list[int] = []
+    reconciled: Counter[str] = Counter()
+    commitment = None
     if args.admission == "draw":
-        with progress_bars() as progress:
-            entries, passless = open_draw(sale, tokens, progress)
+        commitment = fetch_record(sale.api_url, sale.voucher_id, sale.http).get("commitment")
+        with progress_bars() as progress, close_faults(chaos, sale, tokens, reconciled) as at_close:
+            entries, passless = open_draw(sale, tokens, progress, at_close)
     offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
     counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
@@ -75,7 +80,6 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
                 EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
             )
             stack.enter_context(edge_schedule(sale.edge_states, sale.scripts, sale.redis, sale.voucher_id))
-        reconciled: Counter[str] = Counter()
         crowd = None
         if entries and holds_on:
             crowd = admitted_crowd(sale, tokens, entries, patience=2 * args.wave_seconds + args.drain_timeout)
@@ -191,8 +195,12 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     press_durations = durations(sale.stack.log("api"), "SeckillApiFunction", PRESS_ROUTE)
     report.function_time = function_time(press_durations, args.containers)
     if draw_run is not None:
-        report.draw = draw_figures(draw_run, presses)
+        store = DrawStore.read(sale.db, sale.redis, sale.voucher_id)
+        report.draw = draw_figures(draw_run, presses) | {"first_move_after_close_s": store.first_move_after_close}
         report.checks.extend(check_draw(draw_run, presses, report.draw, outcome.orders, args.seed))
+        report.checks.extend(check_moves(store, draw_run, presses, commitment))
+        if chaos is not None:
+            report.faults.extend(draw_faults_table(chaos.log, store.first_move_after_close, reconciled))
     if held is not None and run is not None:
         report.return_lag = return_lag(sale.db, sale.voucher_id)
         report.reconciliation = dict(reconciled + run.reconciled)
