@@ -3,27 +3,25 @@ clock's message due at the close lost (taken off DrawClockQueue and deleted befo
 DrawClockFunction saw it, as a message purged or dead-lettered), and the run's Redis
 emptied right at the close (its close, its moves, the sessions gone). Nothing
 rebuilds Redis but reconciliation's recovery, run on its schedule from the close
-on (``seckill_demo.chaos.reconcile_periodically``); nothing sends the tick again but
+to the run's end (``Chaos.reconcile_from_now``); nothing sends the tick again but
 the product. Written to the chaos run's log, with the table of what answered each;
 ``seckill_demo.draw_moves`` checks the close's move and what was admitted before it."""
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from seckill.draw.moves import ClockMessage
 from seckill.messages import MalformedMessage
 from seckill.tokens import store_tokens
-from seckill_demo.chaos import Chaos, reconcile_periodically
+from seckill_demo.chaos import Chaos
 from seckill_demo.faults import read_log, record
 from seckill_demo.load import TOKEN_TTL
 from seckill_demo.report import Fault
-from seckill_demo.sale import CLOCK_QUEUE, LocalSale
+from seckill_demo.sale import LocalSale
 
 # The clock's consumer is held from this long before the close (longer than its long
 # poll), so that no receive already waiting takes the close's message.
@@ -33,17 +31,13 @@ TICK_VISIBLE_WITHIN = 4.0
 
 
 class CloseFaults:
-    """Both faults at the draw's close, then reconciliation on its schedule until the opening."""
+    """Both faults at the draw's close; then reconciliation on its schedule to the run's end."""
 
     def __init__(self, chaos: Chaos, sale: LocalSale, tokens: dict[int, str], reconciled: Counter[str]) -> None:
         self.chaos = chaos
         self.sale = sale
         self.tokens = tokens
         self.reconciled = reconciled
-        self.stop = threading.Event()
-        self.reconciler = threading.Thread(
-            target=reconcile_periodically, args=(sale, self.stop, reconciled), daemon=True
-        )
 
     def at_close(self, closes: float) -> None:
         """Wait for the close (epoch seconds) and inject both faults there."""
@@ -56,7 +50,7 @@ class CloseFaults:
             self.lose_tick(closes + TICK_VISIBLE_WITHIN)
         finally:
             stack.pause_clock(False)
-        self.reconciler.start()
+        self.chaos.reconcile_from_now(self.sale, self.reconciled)
 
     def empty_redis(self) -> None:
         """Redis dies at the close and comes back empty; the users log in again."""
@@ -69,7 +63,7 @@ class CloseFaults:
         """The first clock message of this draw to become visible (the close's) deleted unseen;
         any other message is made visible again at once."""
         sqs, voucher_id = self.sale.sqs, self.sale.voucher_id
-        url = sqs.get_queue_url(QueueName=CLOCK_QUEUE)["QueueUrl"]
+        url = self.sale.clock_url
         while time.time() < until:
             for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
                 with contextlib.suppress(MalformedMessage):
@@ -80,26 +74,6 @@ class CloseFaults:
                         return
                 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
         record(self.chaos.log, "close-tick-not-found")
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.reconciler.is_alive():
-            self.reconciler.join()
-
-
-@contextlib.contextmanager
-def close_faults(
-    chaos: Chaos | None, sale: LocalSale, tokens: dict[int, str], reconciled: Counter[str]
-) -> Iterator[Callable[[float], None] | None]:
-    """``open_draw``'s hook at the close: the faults in a chaos run, nothing otherwise."""
-    if chaos is None:
-        yield None
-        return
-    faults = CloseFaults(chaos, sale, tokens, reconciled)
-    try:
-        yield faults.at_close
-    finally:
-        faults.close()
 
 
 def draw_faults_table(log: Path, first_move_after_close: float | None, reconciled: Counter[str]) -> list[Fault]:

@@ -43,7 +43,7 @@ console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
 EDGE_STATE_QUEUE = "EdgeStateQueue"
 EXPIRY_QUEUE = "OrderExpiryQueue"
-CLOCK_QUEUE = "DrawClockQueue"
+CLOCK_QUEUE = "DrawClockQueue"  # the draw clock's (seckill.draw.moves)
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:

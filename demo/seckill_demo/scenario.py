@@ -26,7 +26,7 @@ from seckill_demo.draw import (
     move_marks,
     open_draw,
 )
-from seckill_demo.draw_faults import close_faults, draw_faults_table
+from seckill_demo.draw_faults import CloseFaults, draw_faults_table
 from seckill_demo.draw_moves import DrawStore, check_moves
 from seckill_demo.edge import (
     REFUSED_ON_SALE_WITHIN,
@@ -69,7 +69,8 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     commitment = None
     if args.admission == "draw":
         commitment = fetch_record(sale.api_url, sale.voucher_id, sale.http).get("commitment")
-        with progress_bars() as progress, close_faults(chaos, sale, tokens, reconciled) as at_close:
+        at_close = None if chaos is None else CloseFaults(chaos, sale, tokens, reconciled).at_close
+        with progress_bars() as progress:
             entries, passless = open_draw(sale, tokens, progress, at_close)
     offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
     counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
@@ -111,6 +112,8 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         rush = list(presses)  # the report's press figures are the first wave's
         if run is not None:
             run.waves(progress, presses, tokens)
+    if chaos is not None:
+        chaos.stop_reconciling()  # the sale is over: what is read now stays as it is
     draw_run = None
     if entries:
         sale.admin.stop(sale.voucher_id)  # the sale is over: the seed is revealed
