@@ -127,6 +127,21 @@ def test_a_press_that_waited_on_its_way_until_near_a_move_may_reach_the_function
         assert [c.name for c in checks if not c.ok] == (["only admitted entrants' presses reach the function"] * stray)
 
 
+def test_presses_again_after_503_try_again_are_not_more_presses() -> None:
+    """The app presses again on 503 TRY_AGAIN (a chaos run): those answers reach the function
+    beyond admitted x presses; any other answer beyond it is a press too many."""
+    draw = run(entries())
+    ranked = sorted(draw.entries, key=lambda u: draw.entries[u].ticket)
+    budget = "only admitted entrants' presses reach the function"
+    for code, too_many in (("TRY_AGAIN", False), ("DUPLICATE_ORDER", True)):
+        status = 503 if code == "TRY_AGAIN" else 409
+        presses = sale(draw) + [press(ranked[0], 0.2 + i / 100, status, code, edge=False) for i in range(25)]
+        checks = check_draw(draw, presses, draw_figures(draw, presses), orders_of(presses), seed=1)
+        assert [c.name for c in checks if not c.ok] == [budget] * too_many
+        detail = next(c.detail for c in checks if c.name == budget)
+        assert detail.startswith(f"35 reached it ({25 * (not too_many)} answered 503 TRY_AGAIN, pressed again)")
+
+
 def test_an_order_without_a_pass_fails() -> None:
     draw = run(entries())
     presses = sale(draw)
