@@ -11,9 +11,10 @@ from __future__ import annotations
 import bisect
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -160,19 +161,39 @@ def open_draw(
 
 
 def admitted_crowd(
-    sale: LocalSale, tokens: dict[int, str], entries: dict[int, Entry], patience: float
+    sale: LocalSale, tokens: dict[int, str], entries: dict[int, Entry], patience: float, again: Counter[int]
 ) -> Callable[[object], dict[int, str]]:
     """A draw's later waves (``HoldsRun``'s crowd): the entrants a move of the cursor admitted
-    since they last pressed, as a waiting client learns it from the draw record."""
+    since they last pressed, as a waiting client learns it from the draw record. Once every
+    entrant is admitted, no move can admit more: the admitted who hold no order press again,
+    as buyers waiting for a unit to come back would (``again`` counts each such wave per user:
+    ``--presses`` more presses of theirs may reach the function)."""
     pressed = Cursor(fetch_record(sale.api_url, sale.voucher_id, sale.http)).admitted(entries)
 
     def crowd(_: object) -> dict[int, str]:
         fresh = newly_admitted(lambda: fetch_record(sale.api_url, sale.voucher_id, sale.http), entries, pressed,
                                patience)  # fmt: skip
+        if not fresh and everyone_admitted(fetch_record(sale.api_url, sale.voucher_id, sale.http), entries):
+            fresh = set(entries) - holders(sale)
+            again.update(fresh)
         pressed.update(fresh)
         return {u: tokens[u] for u in sorted(fresh)}
 
     return crowd
+
+
+def everyone_admitted(record: dict[str, Any], entries: dict[int, Entry]) -> bool:
+    return len(Cursor(record).admitted(entries)) == len(entries)
+
+
+def holders(sale: LocalSale) -> set[int]:
+    """The users holding an order of the sale's voucher (one order per user: they cannot buy again)."""
+
+    def read(cursor: Any) -> set[int]:
+        cursor.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = %s", (sale.voucher_id,))
+        return {int(r["user_id"]) for r in cursor.fetchall()}
+
+    return sale.db.run(read, read_only=True)
 
 
 def epoch(at: Any) -> float:
@@ -213,8 +234,8 @@ def newly_admitted(
         cursor = Cursor(read_record())
         now = cursor.at(time.time())
         fresh = {u for u, e in entries.items() if now is not None and e.ticket < now and u not in pressed}
-        if fresh:
-            return fresh
+        if fresh or (now is not None and all(e.ticket < now for e in entries.values())):
+            return fresh  # none left to admit: no move will come
         time.sleep(0.5)
     return set()
 
@@ -233,6 +254,7 @@ class DrawRun:
     stock: int
     presses_per_user: int
     skew: float  # how near a move the edge may forward a press it cannot place
+    again: Counter[int] = field(default_factory=Counter)  # admitted users asked to press again (admitted_crowd)
 
     def seen(self, press: Press) -> tuple[float, float]:
         """When the edge may have seen the press (epoch seconds): between its sending and its
@@ -292,7 +314,7 @@ def draw_figures(run: DrawRun, presses: list[Press]) -> dict[str, Any]:
         "first_second": len(first),
         "first_second_at_edge": sum(p.edge for p in first),
         "reached_function": len(forwarded),
-        "budget": len(admitted) * run.presses_per_user,
+        "budget": (len(admitted) + sum(run.again[u] for u in admitted)) * run.presses_per_user,
         "winners": len(won),
         "highest_winning_ticket": None if highest is None else run.entries[highest].ticket,
         "cursor_at_that_win": None if highest is None else at_win[highest],
@@ -370,7 +392,9 @@ def check_draw(
             "only admitted entrants' presses reach the function",
             not strays and len(forwarded) - again <= figures["budget"],
             f"{len(forwarded):,} reached it ({again:,} answered 503 TRY_AGAIN, pressed again), at most "
-            f"{figures['budget']:,} presses ({figures['admitted']} admitted x {run.presses_per_user}); "
+            f"{figures['budget']:,} presses ({figures['admitted']} admitted"
+            + (f", {sum(run.again.values())} asked again" if run.again else "")
+            + f" x {run.presses_per_user}); "
             f"{len(strays)} from users not admitted when the edge saw the press"
             + "".join(f"; {stray_detail(run, p)}" for p in strays[:3]),
         ),

@@ -66,6 +66,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     entries: dict[int, Entry] = {}
     passless: list[int] = []
     reconciled: Counter[str] = Counter()
+    again: Counter[int] = Counter()  # a draw's admitted users asked to press again in a later wave
     commitment = None
     if args.admission == "draw":
         commitment = fetch_record(sale.api_url, sale.voucher_id, sale.http).get("commitment")
@@ -83,7 +84,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
             stack.enter_context(edge_schedule(sale.edge_states, sale.scripts, sale.redis, sale.voucher_id))
         crowd = None
         if entries and holds_on:
-            crowd = admitted_crowd(sale, tokens, entries, patience=2 * args.wave_seconds + args.drain_timeout)
+            crowd = admitted_crowd(sale, tokens, entries, 2 * args.wave_seconds + args.drain_timeout, again)
         run = HoldsRun(sale, sampler, chaos, crowd) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
@@ -120,7 +121,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         record = fetch_record(sale.api_url, sale.voucher_id, sale.http)
         draw_run = DrawRun(
             sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
-            args.presses, EDGE_SKEW,
+            args.presses, EDGE_SKEW, again,
         )  # fmt: skip
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
