@@ -66,6 +66,8 @@ class Chaos:
         self.log = workdir / "chaos.jsonl"
         self.log.unlink(missing_ok=True)  # a kept --logs folder may hold an earlier run's
         self.armed = workdir / ARMED
+        self.unscheduled = threading.Event()  # stops the reconciliation scheduled for the rest of the run
+        self.schedule: threading.Thread | None = None
 
     def start(self) -> str:
         """Start the Redis; the URL the functions reach it by, through the proxy."""
@@ -74,7 +76,22 @@ class Chaos:
         self.proxy.only_after = b"EVALSHA"  # only answers to scripts are lost: connecting goes through
         return f"redis://{self.proxy.url_host}/0"
 
+    def reconcile_from_now(self, sale: LocalSale, totals: Counter[str]) -> None:
+        """ReconcilerFunction's schedule (at a chaos run's pace) from now to ``stop_reconciling``,
+        whatever phase the run is in: it alone rebuilds what Redis lost and restarts a stalled
+        draw clock while nobody presses."""
+        self.schedule = threading.Thread(
+            target=reconcile_periodically, args=(sale, self.unscheduled, totals), daemon=True
+        )
+        self.schedule.start()
+
+    def stop_reconciling(self) -> None:
+        self.unscheduled.set()
+        if self.schedule is not None:
+            self.schedule.join()
+
     def close(self) -> None:
+        self.stop_reconciling()
         if self.proxy is not None:
             self.proxy.close()
         self.private_redis.kill()

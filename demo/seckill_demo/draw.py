@@ -11,9 +11,10 @@ from __future__ import annotations
 import bisect
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -116,10 +117,17 @@ def split_users(users: list[int], late: float, seed: int) -> tuple[list[int], li
     )
 
 
-def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tuple[dict[int, Entry], list[int]]:
+def open_draw(
+    sale: LocalSale,
+    tokens: dict[int, str],
+    progress: Progress,
+    at_close: Callable[[float], None] | None = None,
+) -> tuple[dict[int, Entry], list[int]]:
     """The entry phase, through the edge as the users would: most enter before the draw closes,
     ``--late`` of them after it, a few never; then the wait for the opening. (the entries, who
-    never entered); every entrant's pass is the sale's from then on."""
+    never entered); every entrant's pass is the sale's from then on. ``at_close`` (a chaos
+    run's faults at the close) is called with the close (epoch seconds) before it and
+    returns once it has passed."""
     args = sale.args
     early, late, passless = split_users(sorted(tokens), args.late, args.seed)
     closes = sale.opens_at - args.draw_close
@@ -135,6 +143,8 @@ def open_draw(sale: LocalSale, tokens: dict[int, str], progress: Progress) -> tu
             f"[yellow]the entries took {time.time() - closes:.0f} s past the draw's close[/]: the last of them are "
             "late entries (a longer --entry-seconds keeps them in the draw)"
         )
+    if at_close is not None:
+        at_close(closes)
     time.sleep(max(0.0, closes - time.time()))
     entries |= entered(late, "late entries")
     if len(entries) < len(early) + len(late):
@@ -164,19 +174,39 @@ def revealed_record(sale: LocalSale) -> dict[str, Any]:
 
 
 def admitted_crowd(
-    sale: LocalSale, tokens: dict[int, str], entries: dict[int, Entry], patience: float
+    sale: LocalSale, tokens: dict[int, str], entries: dict[int, Entry], patience: float, again: Counter[int]
 ) -> Callable[[object], dict[int, str]]:
     """A draw's later waves (``HoldsRun``'s crowd): the entrants a move of the cursor admitted
-    since they last pressed, as a waiting client learns it from the draw record."""
+    since they last pressed, as a waiting client learns it from the draw record. Once every
+    entrant is admitted, no move can admit more: the admitted who hold no order press again,
+    as buyers waiting for a unit to come back would (``again`` counts each such wave per user:
+    ``--presses`` more presses of theirs may reach the function)."""
     pressed = Cursor(fetch_record(sale.user_url, sale.voucher_id, sale.http)).admitted(entries)
 
     def crowd(_: object) -> dict[int, str]:
         fresh = newly_admitted(lambda: fetch_record(sale.user_url, sale.voucher_id, sale.http), entries, pressed,
                                patience)  # fmt: skip
+        if not fresh and everyone_admitted(fetch_record(sale.user_url, sale.voucher_id, sale.http), entries):
+            fresh = set(entries) - holders(sale)
+            again.update(fresh)
         pressed.update(fresh)
         return {u: tokens[u] for u in sorted(fresh)}
 
     return crowd
+
+
+def everyone_admitted(record: dict[str, Any], entries: dict[int, Entry]) -> bool:
+    return len(Cursor(record).admitted(entries)) == len(entries)
+
+
+def holders(sale: LocalSale) -> set[int]:
+    """The users holding an order of the sale's voucher (one order per user: they cannot buy again)."""
+
+    def read(cursor: Any) -> set[int]:
+        cursor.execute("SELECT user_id FROM tb_voucher_order WHERE voucher_id = %s", (sale.voucher_id,))
+        return {int(r["user_id"]) for r in cursor.fetchall()}
+
+    return sale.db.run(read, read_only=True)
 
 
 def epoch(at: Any) -> float:
@@ -217,8 +247,8 @@ def newly_admitted(
         cursor = Cursor(read_record())
         now = cursor.at(time.time())
         fresh = {u for u, e in entries.items() if now is not None and e.ticket < now and u not in pressed}
-        if fresh:
-            return fresh
+        if fresh or (now is not None and all(e.ticket < now for e in entries.values())):
+            return fresh  # none left to admit: no move will come
         time.sleep(0.5)
     return set()
 
@@ -237,6 +267,7 @@ class DrawRun:
     stock: int
     presses_per_user: int
     skew: float  # how near a move the edge may forward a press it cannot place
+    again: Counter[int] = field(default_factory=Counter)  # admitted users asked to press again (admitted_crowd)
 
     def seen(self, press: Press) -> tuple[float, float]:
         """When the edge may have seen the press (epoch seconds): between its sending and its
@@ -296,7 +327,7 @@ def draw_figures(run: DrawRun, presses: list[Press]) -> dict[str, Any]:
         "first_second": len(first),
         "first_second_at_edge": sum(p.edge for p in first),
         "reached_function": len(forwarded),
-        "budget": len(admitted) * run.presses_per_user,
+        "budget": (len(admitted) + sum(run.again[u] for u in admitted)) * run.presses_per_user,
         "winners": len(won),
         "highest_winning_ticket": None if highest is None else run.entries[highest].ticket,
         "cursor_at_that_win": None if highest is None else at_win[highest],
@@ -348,6 +379,8 @@ def check_draw(
         return entry is not None and now is not None and entry.ticket < now
 
     strays = [p for p in forwarded if not admitted_when(p) and not run.near_move(p)]
+    # The app presses again on 503 TRY_AGAIN (a chaos run's faults): one press, more answers.
+    again = sum(p.code == "TRY_AGAIN" for p in forwarded)
     checks = [
         Check(
             "every order's ticket below the cursor at its press",
@@ -370,9 +403,12 @@ def check_draw(
         ),
         Check(
             "only admitted entrants' presses reach the function",
-            not strays and len(forwarded) <= figures["budget"],
-            f"{len(forwarded):,} reached it, at most {figures['budget']:,} ({figures['admitted']} admitted x "
-            f"{run.presses_per_user}); {len(strays)} from users not admitted when the edge saw the press"
+            not strays and len(forwarded) - again <= figures["budget"],
+            f"{len(forwarded):,} reached it ({again:,} answered 503 TRY_AGAIN, pressed again), at most "
+            f"{figures['budget']:,} presses ({figures['admitted']} admitted"
+            + (f", {sum(run.again.values())} asked again" if run.again else "")
+            + f" x {run.presses_per_user}); "
+            f"{len(strays)} from users not admitted when the edge saw the press"
             + "".join(f"; {stray_detail(run, p)}" for p in strays[:3]),
         ),
     ]

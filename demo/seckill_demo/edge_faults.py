@@ -30,6 +30,7 @@ from seckill_local.sqs import sqs_client
 # The edge's faults, with holds: each waits for the moment it needs in the waves after the
 # first (units back, then sold out again), and gives up at the run's end.
 EDGE_FAULT_POLL = 0.02  # seconds between two looks at the store and at Redis stock
+FIRST_TICKET = "0" * 17  # below every cursor
 
 
 def _store_sold_out(sale: LocalSale) -> Callable[[], bool | None]:
@@ -86,11 +87,13 @@ def fail_send_after_sellout(sale: LocalSale, log: Path, stop: threading.Event, u
     # A queue that does not exist: SQS refuses the send (400), so nothing was stored.
     refused = OrderQueue(stalled, f"{sale.queue_url}-refused")
     gate = Gate(sale.redis, sale.scripts, refusal_cache_seconds=0)
+    # On a draw the gate reads the ticket of the press's verified pass: one any move admits.
+    ticket = FIRST_TICKET if sale.args.admission == "draw" else ""
     while not stop.wait(EDGE_FAULT_POLL):
         try:
             if sold_out() is not False or int(sale.redis.get(keys.stock(sale.voucher_id)) or 0) <= 0:
                 continue
-            place_order(gate, sale.redis, refused, sale.db, sale.voucher_id, user_id, status_ttl=60)
+            place_order(gate, sale.redis, refused, sale.db, sale.voucher_id, user_id, status_ttl=60, ticket=ticket)
         except TryAgain:
             if sent:  # else Redis was out of reach before the send: try again later
                 record(log, "send-failed-after-sell-out", user=user_id)

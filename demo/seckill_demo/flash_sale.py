@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
             env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
             vt = 2 if args.chaos else 10
-            stack = LocalStack(tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge)
+            stack = LocalStack(
+                tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge, clock_apart=args.admission == "draw"
+            )
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
             with console.status("starting moto SQS, the local HTTP API (and edge) and the queue feeder..."):
@@ -123,7 +125,8 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="inject every fault: SQS sends refused, API crashes after the gate, persister crashes "
         "mid-batch, MySQL connections killed, malformed messages, Redis restarted empty mid-sale; with holds "
-        "and the edge also Redis forgetting its edge record and a press's send refused after a sell-out",
+        "and the edge also Redis forgetting its edge record and a press's send refused after a sell-out; with "
+        "--admission draw also the close's clock message lost and Redis emptied at the close",
     )
     p.add_argument(
         "--seed",
@@ -255,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             parser().error(f"--{name.replace('_', '-')} must be {low} to {high}")
     if not 0 <= args.late <= 1:
         parser().error("--late is a share of the entrants: 0 to 1")
-    if args.admission == "draw" and (args.endpoint or args.chaos):
-        parser().error("--admission draw runs on the local services, without --chaos or --endpoint")
+    if args.admission == "draw" and args.endpoint:
+        parser().error("--admission draw runs on the local services, not with --endpoint")
     if bool(args.endpoint) != bool(args.stack_name):
         parser().error("--endpoint and --stack-name go together")
     if args.endpoint and (args.edge or args.edge_plot):

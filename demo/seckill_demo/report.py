@@ -352,6 +352,8 @@ def draw_rows(table: Table, draw: dict[str, Any]) -> None:
         f"{draw['highest_winning_ticket'] or '-'} / {draw['cursor_at_that_win'] or '-'}",
     )
     table.add_row("draw: first cursor / final cursor", f"{draw['first_move'] or '-'} / {draw['final_cursor'] or '-'}")
+    lag = draw.get("first_move_after_close_s")
+    table.add_row("draw: first move recorded after the close", "never" if lag is None else f"{lag:.1f} s")
 
 
 def render(report: Report, console: Console | None = None) -> None:

@@ -25,6 +25,7 @@ import urllib3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from seckill.draw.moves import ClockQueue, restart_stalled
 from seckill.edge.state import StateQueue
 from seckill.infra.config import Settings
 from seckill.infra.db import Database
@@ -42,6 +43,7 @@ console = Console(stderr=True)
 QUEUES = ("OrderQueue", "OrderDeadLetterQueue", "OrderPoisonQueue")
 EDGE_STATE_QUEUE = "EdgeStateQueue"
 EXPIRY_QUEUE = "OrderExpiryQueue"
+CLOCK_QUEUE = "DrawClockQueue"  # the draw clock's (seckill.draw.moves)
 
 
 def decided(db: Database, voucher_id: int) -> tuple[int, int]:
@@ -196,6 +198,7 @@ class LocalSale(Sale):
             self.user_url = stack.edge.url
             edge_queue = sqs.get_queue_url(QueueName=EDGE_STATE_QUEUE)["QueueUrl"]
         self.edge_states = StateQueue(sqs, edge_queue)  # no queue URL: sends nothing
+        self.clock_url = sqs.get_queue_url(QueueName=CLOCK_QUEUE)["QueueUrl"]
         self.stack = stack
         self.redis = redis
         self.db = db
@@ -265,7 +268,13 @@ class LocalSale(Sale):
         # As ReconcilerFunction does: the sale's state sent to the edge again (a unit released
         # or rebuilt here is on sale again; only this tells the edge).
         self.edge_states.sweep(self.scripts, [self.voucher_id])
-        return {**result.totals(), "rebuilt": sum(r.applied for r in recovery.rebuilt)}
+        # As ReconcilerFunction does: a draw clock whose next message is overdue goes on.
+        restarted = restart_stalled(self.db, ClockQueue(self.sqs, self.clock_url))
+        return {
+            **result.totals(),
+            "rebuilt": sum(r.applied for r in recovery.rebuilt),
+            "clocks_restarted": len(restarted),
+        }
 
     def failed_reasons(self) -> dict[str, int]:
 

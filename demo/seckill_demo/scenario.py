@@ -27,6 +27,8 @@ from seckill_demo.draw import (
     open_draw,
     revealed_record,
 )
+from seckill_demo.draw_faults import CloseFaults, draw_faults_table
+from seckill_demo.draw_moves import DrawStore, check_moves
 from seckill_demo.edge import (
     REFUSED_ON_SALE_WITHIN,
     RETURN_CLEARS_WITHIN,
@@ -47,6 +49,7 @@ from seckill_demo.report import Check, Outcome, Report, check_invariants
 from seckill_demo.sale import LocalSale, console, decided, finish, progress_bars
 from seckill_demo.stock_sampler import StockSampler
 from seckill_demo.timing import PRESS_ROUTE, durations, function_time
+from seckill_ops.draw import fetch_record
 
 
 def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> int:
@@ -63,9 +66,14 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     edge = sale.stack.edge
     entries: dict[int, Entry] = {}
     passless: list[int] = []
+    reconciled: Counter[str] = Counter()
+    again: Counter[int] = Counter()  # a draw's admitted users asked to press again in a later wave
+    commitment = None
     if args.admission == "draw":
+        commitment = fetch_record(sale.user_url, sale.voucher_id, sale.http).get("commitment")
+        at_close = None if chaos is None else CloseFaults(chaos, sale, tokens, reconciled).at_close
         with progress_bars() as progress:
-            entries, passless = open_draw(sale, tokens, progress)
+            entries, passless = open_draw(sale, tokens, progress, at_close)
     offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
     counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
@@ -75,10 +83,9 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
                 EdgeWatch(sale.redis, sale.voucher_id, edge.reader(sale.voucher_id), sampler.started)
             )
             stack.enter_context(edge_schedule(sale.edge_states, sale.scripts, sale.redis, sale.voucher_id))
-        reconciled: Counter[str] = Counter()
         crowd = None
         if entries and holds_on:
-            crowd = admitted_crowd(sale, tokens, entries, patience=2 * args.wave_seconds + args.drain_timeout)
+            crowd = admitted_crowd(sale, tokens, entries, 2 * args.wave_seconds + args.drain_timeout, again)
         run = HoldsRun(sale, sampler, chaos, crowd) if holds_on else None
         # Winners pay (or cancel) as soon as they win, while the sale and the queue go on.
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
@@ -109,13 +116,15 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         rush = list(presses)  # the report's press figures are the first wave's
         if run is not None:
             run.waves(progress, presses, tokens)
+    if chaos is not None:
+        chaos.stop_reconciling()  # the sale is over: what is read now stays as it is
     draw_run = None
     if entries:
         sale.admin.stop(sale.voucher_id)  # the sale is over: the seed is revealed
         record = revealed_record(sale)
         draw_run = DrawRun(
             sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
-            args.presses, EDGE_SKEW,
+            args.presses, EDGE_SKEW, again,
         )  # fmt: skip
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
@@ -194,8 +203,12 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     press_durations = durations(sale.stack.log("api"), "SeckillApiFunction", PRESS_ROUTE)
     report.function_time = function_time(press_durations, args.containers)
     if draw_run is not None:
-        report.draw = draw_figures(draw_run, presses)
+        store = DrawStore.read(sale.db, sale.redis, sale.voucher_id)
+        report.draw = draw_figures(draw_run, presses) | {"first_move_after_close_s": store.first_move_after_close}
         report.checks.extend(check_draw(draw_run, presses, report.draw, outcome.orders, args.seed))
+        report.checks.extend(check_moves(store, draw_run, presses, commitment))
+        if chaos is not None:
+            report.faults.extend(draw_faults_table(chaos.log, store.first_move_after_close, reconciled))
     if held is not None and run is not None:
         report.return_lag = return_lag(sale.db, sale.voucher_id)
         report.reconciliation = dict(reconciled + run.reconciled)

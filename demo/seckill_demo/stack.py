@@ -68,7 +68,13 @@ class LocalStack:
     and the queue feeder; with ``edge``, EdgePublisherFunction's feeder apart."""
 
     def __init__(
-        self, workdir: Path, env_vars: dict[str, Any], containers: int, visibility_timeout: int, edge: bool = False
+        self,
+        workdir: Path,
+        env_vars: dict[str, Any],
+        containers: int,
+        visibility_timeout: int,
+        edge: bool = False,
+        clock_apart: bool = False,
     ) -> None:
         self.workdir = workdir
         self.sqs_port, self.api_port = free_port(), free_port()
@@ -77,10 +83,11 @@ class LocalStack:
         self.edge = LocalEdge(f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}") if edge else None
         self.containers = containers
         self.visibility_timeout = visibility_timeout
+        self.clock_apart = clock_apart
         env_vars["Parameters"]["AWS_ENDPOINT_URL_SQS"] = self.sqs_endpoint
         self.env_file = workdir / "env.json"
         self.env_file.write_text(json.dumps(env_vars, indent=2), encoding="utf-8")
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def log(self, name: str) -> Path:
         """Where a runner process (``api``, ``feed``, ``sqs``) writes its output."""
@@ -91,7 +98,7 @@ class LocalStack:
         command = [sys.executable, "-m", "seckill_local.runner", *args, "--sqs-endpoint", self.sqs_endpoint]
         # Our own runner with our own arguments; a session of its own so stop() reaches its workers.
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
-        self.processes.append(process)
+        self.processes[name] = process
 
     def start(self) -> None:
         vt = ["--visibility-timeout", str(self.visibility_timeout)]
@@ -104,12 +111,14 @@ class LocalStack:
             edge = ["--edge", "--kvs-endpoint", self.edge.kvs_endpoint]
             api += ["--edge-port", port(self.edge.url), "--kvs-port", port(self.edge.kvs_endpoint)]
         self._spawn("api", "start-api", "--port", *api, *env, *edge)
-        publisher = ["--skip", PUBLISHER] if self.edge is not None else []
-        self._spawn("feed", "feed", *env, *vt, *edge, *publisher)
+        apart = ([PUBLISHER] if self.edge is not None else []) + ([CLOCK] if self.clock_apart else [])
+        self._spawn("feed", "feed", *env, *vt, *edge, *[a for f in apart for a in ("--skip", f)])
+        # These mappings each in a process of its own: pausing the persister's or the expiry
+        # function's (pause_feeder) must not stop the edge's state or the draw clock on its way.
         if self.edge is not None:
-            # The publisher's mapping in a process of its own: pausing the persister's or the
-            # expiry function's (pause_feeder) must not stop the edge's state on its way.
             self._spawn("feed-edge", "feed", *env, *vt, *edge, "--only", PUBLISHER)
+        if self.clock_apart:
+            self._spawn("feed-clock", "feed", *env, *vt, *edge, "--only", CLOCK)
         http = urllib3.PoolManager(retries=False, timeout=2)
         # With the edge, the API's own endpoint refuses the list (no origin header): an answer all the same.
         listed = 200 if self.edge is None else 403
@@ -118,19 +127,26 @@ class LocalStack:
             url = f"{self.edge.url}/voucher/list/1"
             self._wait("the local edge", lambda: http.request("GET", url).status == 200)
             # The sale's first states must reach the store: EdgePublisherFunction fed from the start.
-            for log in (self.log("feed"), self.log("feed-edge")):
-                self._wait(f"the {log.stem} feeder", lambda log=log: FEEDING in log.read_text(errors="replace"))
+        for name in (n for n in self.processes if n.startswith("feed")):
+            log = self.log(name)
+            self._wait(f"the {name} feeder", lambda log=log: FEEDING in log.read_text(errors="replace"))
 
     def pause_feeder(self, paused: bool) -> None:
         """Stop (or resume) the event source mappings of the persister and the expiry function,
-        as when they are throttled; EdgePublisherFunction's runs on."""
-        feeder = self.processes[2]
-        os.killpg(feeder.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+        as when they are throttled; EdgePublisherFunction's (and apart, DrawClockFunction's) run on."""
+        self._pause("feed", paused)
+
+    def pause_clock(self, paused: bool) -> None:
+        """Stop (or resume) DrawClockFunction's event source mapping (``clock_apart`` only)."""
+        self._pause("feed-clock", paused)
+
+    def _pause(self, name: str, paused: bool) -> None:
+        os.killpg(self.processes[name].pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def _wait(self, what: str, ready: Callable[[], bool], timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for process in self.processes:
+            for process in self.processes.values():
                 if process.poll() is not None:
                     raise RuntimeError(f"a runner process exited early; see the logs in {self.workdir}")
             with contextlib.suppress(Exception):  # not up yet
@@ -140,10 +156,10 @@ class LocalStack:
         raise RuntimeError(f"{what} did not come up within {timeout:.0f} s; see the logs in {self.workdir}")
 
     def stop(self) -> None:
-        for process in self.processes:
+        for process in self.processes.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
+        for process in self.processes.values():
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -151,6 +167,7 @@ class LocalStack:
 
 
 PUBLISHER = "EdgePublisherFunction"
+CLOCK = "DrawClockFunction"
 FEEDING = "feeding (Ctrl-C to stop)"  # what `seckill-local feed` says once every queue is fed
 
 

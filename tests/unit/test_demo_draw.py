@@ -5,6 +5,8 @@ audit of ``seckill-draw verify`` passes for them)."""
 from __future__ import annotations
 
 import io
+import time
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -14,8 +16,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from seckill.draw.tickets import early_ticket
-from seckill_demo.draw import DrawRun, Entry, check_draw, draw_figures, enter, split_users
+from seckill.draw.tickets import early_ticket, late_ticket
+from seckill_demo.draw import DrawRun, Entry, check_draw, draw_figures, enter, newly_admitted, split_users
 from seckill_demo.load import Press
 from seckill_demo.report import draw_rows
 from tests.helpers import closed_port
@@ -125,6 +127,49 @@ def test_a_press_that_waited_on_its_way_until_near_a_move_may_reach_the_function
         presses = [*sale(draw), Press(ranked[20], 409, "NOT_ADMITTED", None, waited_ms, 1000 - 8.0, False, b"")]
         checks = check_draw(draw, presses, draw_figures(draw, presses), orders_of(presses), seed=1)
         assert [c.name for c in checks if not c.ok] == (["only admitted entrants' presses reach the function"] * stray)
+
+
+def test_presses_again_after_503_try_again_are_not_more_presses() -> None:
+    """The app presses again on 503 TRY_AGAIN (a chaos run): those answers reach the function
+    beyond admitted x presses; any other answer beyond it is a press too many."""
+    draw = run(entries())
+    ranked = sorted(draw.entries, key=lambda u: draw.entries[u].ticket)
+    budget = "only admitted entrants' presses reach the function"
+    for code, too_many in (("TRY_AGAIN", False), ("DUPLICATE_ORDER", True)):
+        status = 503 if code == "TRY_AGAIN" else 409
+        presses = sale(draw) + [press(ranked[0], 0.2 + i / 100, status, code, edge=False) for i in range(25)]
+        checks = check_draw(draw, presses, draw_figures(draw, presses), orders_of(presses), seed=1)
+        assert [c.name for c in checks if not c.ok] == [budget] * too_many
+        detail = next(c.detail for c in checks if c.name == budget)
+        assert detail.startswith(f"35 reached it ({25 * (not too_many)} answered 503 TRY_AGAIN, pressed again)")
+
+
+def test_users_asked_to_press_again_may_press_that_much_more() -> None:
+    """Once every entrant is admitted, a later wave asks those without an order again: each
+    such wave is 3 more presses of theirs the function may see."""
+    draw = run(entries())
+    ranked = sorted(draw.entries, key=lambda u: draw.entries[u].ticket)
+    # 31 presses at the function: one more than 10 admitted x 3.
+    extra = [press(ranked[5], 20 + i / 10, 409, "SOLD_OUT", edge=False) for i in range(21)]
+    presses = sale(draw) + extra
+    budget = "only admitted entrants' presses reach the function"
+    checks = check_draw(draw, presses, draw_figures(draw, presses), orders_of(presses), seed=1)
+    assert [c.name for c in checks if not c.ok] == [budget]
+    again = replace(draw, again=Counter({ranked[5]: 1}))
+    figures = draw_figures(again, presses)
+    assert figures["budget"] == 33
+    checks = check_draw(again, presses, figures, orders_of(presses), seed=1)
+    assert [c.name for c in checks if not c.ok] == []
+    assert "at most 33 presses (10 admitted, 1 asked again x 3)" in next(c.detail for c in checks if c.name == budget)
+
+
+def test_nobody_is_waited_for_once_every_entrant_is_admitted() -> None:
+    draw = run(entries())
+    everyone = {**draw.record, "cursorHistory": [{"at": iso(time.time() - 10), "cursor": late_ticket(3)}]}
+    started = time.monotonic()
+    assert newly_admitted(lambda: everyone, draw.entries, set(draw.entries), patience=5) == set()
+    assert time.monotonic() - started < 1  # no move can admit anyone more: no wait for one
+    assert newly_admitted(lambda: everyone, draw.entries, set(), patience=5) == set(draw.entries)
 
 
 def test_an_order_without_a_pass_fails() -> None:
