@@ -19,7 +19,7 @@ from pymysql.cursors import DictCursor
 
 from seckill import passes
 from seckill.draw import entrants
-from seckill.draw.tickets import admitted, early_ticket, late_ticket
+from seckill.draw.tickets import admitted, ahead, early_ticket, late_ticket
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -199,8 +199,9 @@ def in_effect(history: list[tuple[int, str]], now_ms: int) -> str | None:
 
 
 def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> dict[str, Any]:
-    """The user's entry and chance: ``ahead`` is how many entrants not yet admitted hold
-    a smaller ticket (an estimate: those who never press let later ones in); ``chance``
+    """The user's entry and chance: ``ahead`` is about how many entrants not yet admitted
+    hold a smaller ticket (``tickets.ahead``: an estimate, and those who never press let
+    later ones in); ``chance``
     is ``over`` once the window is over, or sold out with no hold outstanding."""
 
     def read(cursor: DictCursor) -> tuple[Draw, tuple[str, bool], str | None, int, bool]:
@@ -209,25 +210,23 @@ def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> 
         if draw is None or known is None:
             raise NotFound("no entry for this user", code="ENTRY_NOT_FOUND")
         current = in_effect(recorded_moves(cursor, voucher_id), draw.now_ms)
-        cursor.execute(
-            "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s AND ticket < %s",
-            (voucher_id, current or "", known[0]),
-        )
-        ahead = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+        # From the tickets' arithmetic and the kept count: no scan of the entries.
+        early = entrants.total(cursor, voucher_id) - draw.late_count
+        waiting = ahead(known[0], current, early, draw.late_count)
         cursor.execute(
             "SELECT stock = 0 AND NOT EXISTS (SELECT 1 FROM tb_voucher_order WHERE voucher_id = %s AND status = 1)"
             " AS gone FROM tb_seckill_voucher WHERE voucher_id = %s",
             (voucher_id, voucher_id),
         )
-        return draw, known, current, ahead, bool(cursor.fetchone()["gone"])  # type: ignore[index]
+        return draw, known, current, waiting, bool(cursor.fetchone()["gone"])  # type: ignore[index]
 
-    draw, (ticket, late), current, ahead, stored_out = db.run(read, read_only=True)
+    draw, (ticket, late), current, waiting, stored_out = db.run(read, read_only=True)
     yes = admitted(ticket, current)
     # Sold out with no hold outstanding: MySQL sold every unit and none is payable, and
     # Redis has no unit on sale nor an order on its way to MySQL.
     sold_out = stored_out and redis.get(keys.stock(voucher_id)) in ("0", None) and not _pending(redis, voucher_id)
     chance = "over" if draw.over or sold_out else "admitted" if yes else "waiting"
-    return {"ticket": ticket, "late": late, "admitted": yes, "ahead": 0 if yes else ahead, "chance": chance}
+    return {"ticket": ticket, "late": late, "admitted": yes, "ahead": waiting, "chance": chance}
 
 
 def _pending(redis: RedisClient, voucher_id: int) -> bool:
