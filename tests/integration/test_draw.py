@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -274,6 +276,36 @@ def test_entries_after_the_close_queue_behind_in_order_of_entry(
     assert early["ticket"] < tickets[0]["ticket"]
     record = body(call(draw_event(voucher_id)))["data"]
     assert (record["entrants"], record["lateEntrants"]) == (4, 3)
+
+
+def test_late_entries_number_themselves_in_order_while_the_clock_holds_the_draw_row(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], settings: Any
+) -> None:
+    voucher_id = draws()
+    shift(db, redis, voucher_id, 21)  # closed a second ago
+    users = [new_user() for _ in range(12)]
+    ticks = Database.from_settings(settings)  # another connection: the clock's
+    held, release = threading.Event(), threading.Event()
+
+    def tick_holding_the_row(cursor: Any) -> None:
+        cursor.execute("SELECT 1 FROM tb_draw WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
+        held.set()
+        release.wait(30)
+
+    clock_thread = threading.Thread(target=lambda: ticks.run(tick_holding_the_row))
+    clock_thread.start()
+    try:
+        assert held.wait(10)
+        # Twelve users at once, each twice: every entry made while the row stays locked.
+        with ThreadPoolExecutor(8) as pool:
+            tickets = list(pool.map(lambda u: enter(call, voucher_id, u)["ticket"], users + users))
+    finally:
+        release.set()
+        clock_thread.join()
+    assert tickets[:12] == tickets[12:]  # the same user, the same ticket
+    assert sorted(tickets[:12]) == [late_ticket(n) for n in range(1, 13)]  # 1 to 12, no gap, none twice
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert (record["entrants"], record["lateEntrants"]) == (12, 12)
 
 
 def test_no_entry_once_the_sale_is_stopped_and_the_seed_is_then_revealed(

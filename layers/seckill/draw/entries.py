@@ -2,10 +2,11 @@
 
 An entry before the close gets the seed's ticket, one after it the next late
 sequence number. Both decide "before the close" by the database's clock, as the
-clock's first move does (``seckill.draw.moves``), and under a lock on the draw's
-row: an entry before the close holds it shared, so the first move (which takes it
-exclusively once the close has passed) counts every entry made before it; a late
-entry takes it exclusively, to number itself.
+clock's first move does (``seckill.draw.moves``). An entry before the close holds
+the draw's row shared, so the first move (which takes it exclusively once the close
+has passed) counts every entry made before it; a late entry takes no lock on it: it
+numbers itself by a sequence of its own (``entrants.next_late``), so a surge of late
+entries never holds up the clock.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pymysql
 from pymysql.cursors import DictCursor
 
 from seckill import passes
@@ -80,8 +82,9 @@ def read_draw(cursor: DictCursor, voucher_id: int, lock: Lock = "") -> Draw | No
         cursor.execute(f"SELECT 1 FROM tb_draw WHERE voucher_id = %s{lock}", (voucher_id,))
     cursor.execute(
         "SELECT sv.begin_time, sv.end_time, v.status, d.seed, d.commitment, d.admit_factor, d.wave_seconds,"
-        " d.admit_rate, d.close_time, d.late_count, d.clock_at, UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv"
-        " JOIN tb_voucher v ON v.id = sv.voucher_id LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id"
+        " d.admit_rate, d.close_time, COALESCE(l.late_count, 0) AS late_count, d.clock_at,"
+        " UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv JOIN tb_voucher v ON v.id = sv.voucher_id"
+        " LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id LEFT JOIN tb_draw_late l ON l.voucher_id = sv.voucher_id"
         " WHERE sv.voucher_id = %s",
         (voucher_id,),
     )
@@ -140,12 +143,16 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
     ``NotADraw`` for a race, ``NotFound`` for no such voucher."""
 
     def early(cursor: DictCursor) -> Entry | None:
-        """Under the shared lock: the entry, made now if the close has not passed; None once it has."""
+        """Under the shared lock: the entry, made now if the close has not passed; None once
+        it has (past the close, without waiting on the draw's row: the clock may hold it)."""
+        peek = read_draw(cursor, voucher_id)
+        if peek is not None and peek.now_ms >= peek.close_ms:
+            return None  # numbered by ``late``
         draw, known = _open(cursor, voucher_id, user_id, " LOCK IN SHARE MODE")
         if known is not None:
             return known
         if draw.now_ms >= draw.close_ms:
-            return None  # numbered under the exclusive lock, by ``late``
+            return None  # numbered by ``late``
         ticket = early_ticket(draw.seed, voucher_id, user_id)
         # IGNORE: the same user entering twice at once gets the same ticket either way,
         # and only the one whose row went in counts it.
@@ -158,12 +165,12 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
         return Entry(ticket, False, draw.end_ms // 1000)
 
     def late(cursor: DictCursor) -> Entry:
-        """Under the exclusive lock, the close passed: the entry, numbered now if not made yet."""
-        draw, known = _open(cursor, voucher_id, user_id, " FOR UPDATE")
+        """The close passed: the entry, numbered now if not made yet, by the late sequence
+        (``entrants.next_late``), not under the draw's row lock, which the clock takes."""
+        draw, known = _open(cursor, voucher_id, user_id, "")
         if known is not None:
             return known
-        ticket = late_ticket(draw.late_count + 1)
-        cursor.execute("UPDATE tb_draw SET late_count = late_count + 1 WHERE voucher_id = %s", (voucher_id,))
+        ticket = late_ticket(entrants.next_late(cursor, voucher_id))
         cursor.execute(
             "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
             (voucher_id, user_id, ticket),
@@ -172,7 +179,14 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
         return Entry(ticket, True, draw.end_ms // 1000)
 
     entry = db.run(early)
-    return entry if entry is not None else db.run(late)
+    if entry is not None:
+        return entry
+    try:
+        return db.run(late)
+    except pymysql.err.IntegrityError:
+        # The same user's other request entered first: its entry stands, and this one's
+        # rollback gave its number back, so late numbers have no gap.
+        return db.run(late)
 
 
 def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id: int, token: str) -> dict[str, Any]:
