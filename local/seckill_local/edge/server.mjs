@@ -17,10 +17,10 @@
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
-import { extname, resolve, sep } from 'node:path';
+import { extname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { compileFunction, mapStore } from './cloudfront.mjs';
-import { behaviorFor, normalizePath } from './distribution.mjs';
+import { behaviorFor } from './distribution.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -346,16 +346,19 @@ const TYPES = {
   '.svg': 'image/svg+xml',
 };
 
+// CloudFront sends the raw path on (distribution.mjs); S3's key is that path decoded. The
+// bucket holds files only, one per key: a key with an empty, '.' or '..' segment names none.
 // A key the bucket does not hold is S3's 403 AccessDenied: CloudFront may only GetObject,
 // and without s3:ListBucket S3 answers a missing key 403, not 404.
 async function serveStatic(req, res, root, uri, headers) {
   req.resume();
-  const base = resolve(root);
-  let file = null;
   let body = null;
   try {
-    file = resolve(base, `.${decodeURIComponent(normalizePath(uri))}`);
-    if (file.startsWith(base + sep) && (await stat(file)).isFile()) body = await readFile(file);
+    const segments = decodeURIComponent(uri).slice(1).split('/');
+    if (!segments.some((part) => ['', '.', '..'].includes(part) || /[\\\0]/.test(part))) {
+      const file = join(root, ...segments);
+      if ((await stat(file)).isFile()) body = await readFile(file);
+    }
   } catch {
     body = null; // no such key (or no key at all: a malformed escape)
   }
@@ -364,7 +367,7 @@ async function serveStatic(req, res, root, uri, headers) {
     send(res, 403, { 'content-type': 'application/xml', ...headers }, denied);
     return;
   }
-  const type = TYPES[extname(file)] ?? 'application/octet-stream';
+  const type = TYPES[extname(uri)] ?? 'application/octet-stream';
   res.writeHead(200, { 'content-type': type, 'content-length': body.length, ...headers });
   res.end(req.method === 'HEAD' ? undefined : body);
 }
