@@ -314,7 +314,10 @@ def test_the_page_is_served_from_its_bucket_with_the_policy_s_headers(
     assert upstream.seen == []
 
 
-@pytest.mark.parametrize("target", ["/page/missing.html", "/page/", "/page/%zz", "/page/..%2fpress.js", "/page/%2e%2e%2fpress.js", "/page//app.js"])
+@pytest.mark.parametrize(
+    "target",
+    ["/page/missing.html", "/page/", "/page/%zz", "/page/..%2fpress.js", "/page/%2e%2e%2fpress.js", "/page//app.js"],
+)
 def test_a_key_the_bucket_does_not_hold_is_s3_s_403(edge: EdgeServer, upstream: Upstream, target: str) -> None:
     """As S3 answers CloudFront, which may GetObject but not list: 403, never a file beside the page."""
     assert sent_as_is(edge, "GET", target, {}) == 403
