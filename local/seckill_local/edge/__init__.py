@@ -48,6 +48,8 @@ KVS_ENDPOINT = "http://cloudfront-kvs.seckill.test"
 # The page bucket's contents: its keys are the paths under edge/ (page/index.html is
 # edge/page/index.html), which `aws s3 sync edge/page s3://<bucket>/page/` copies.
 BUCKET = ROOT / "edge"
+# The buyer's page on the edge, for one voucher of one shop (docs/page.md).
+PAGE = "/page/index.html"
 READY = re.compile(r"edge listening on (http://\S+) \(kvs (http://\S+)\)")
 
 
@@ -196,6 +198,11 @@ class EdgeServer:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def page_url(edge_url: str, shop_id: int | str, voucher_id: int | str) -> str:
+    """The buyer's page for a voucher, on the edge at ``edge_url``."""
+    return f"{edge_url}{PAGE}?shop={shop_id}&voucher={voucher_id}"
 
 
 def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:
