@@ -443,7 +443,7 @@ async function audit() {
   check(formed, formed ? 'The record is well formed.' : 'The record is not well formed: its seed, commitment or cursors are not hex of the right length.');
   if (formed) {
     const back = history.findIndex((m, i) => i > 0 && m.cursor < history[i - 1].cursor);
-    check(back < 0, back < 0 ? `The cursor never moved back (${history.length} moves).` : `The cursor moved back at move ${back + 1}.`);
+    check(back < 0, back < 0 ? `The cursor never moved back (${history.length} move${history.length === 1 ? '' : 's'}).` : `The cursor moved back at move ${back + 1}.`);
     const digest = hex(await crypto.subtle.digest('SHA-256', bytes(record.seed)));
     const match = digest === record.commitment;
     check(
