@@ -163,7 +163,9 @@ function signIn(event) {
   $('token').value = '';
   // The sale in the address (to bookmark or share), never the token.
   history.replaceState(null, '', `?shop=${shop}&voucher=${voucher}`);
-  start(token, shop, voucher);
+  // Signing in again (a refused token): start afresh, nothing of the last sign-in in memory.
+  if (sale.token) location.reload();
+  else start(token, shop, voucher);
 }
 
 async function start(token, shop, voucher) {
@@ -357,6 +359,13 @@ function settle(answer) {
     sale.done = true;
   } else if (code === 'SOLD_OUT') {
     sale.pausedUntil = Date.now() + SOLD_OUT_PAUSE_MS;
+  } else if (code === 'NO_PASS') {
+    // The pass is bound to the token it was issued for: entering again gives a fresh one.
+    sale.entry.pass = null;
+    store.removeItem(`entry:${sale.voucherId}`);
+  } else if (answer.status === 401) {
+    $('signin').hidden = false;
+    $('token').focus();
   }
 }
 
@@ -563,6 +572,8 @@ function render() {
     ? 'Buy now'
     : sale.pressing
       ? 'Pressing…'
+      : Date.now() < sale.pausedUntil && !sale.done
+        ? 'Buy (wait a moment)'
       : w && now < w.begin
         ? `Buy (opens in ${span(w.begin - now)})`
         : sale.isDraw && w && now < w.end && !sale.done && !admitted(now)

@@ -77,6 +77,19 @@ def driver() -> Iterator[WebDriver]:
         chrome.quit()
 
 
+@pytest.fixture
+def browser(driver: WebDriver) -> Iterator[WebDriver]:
+    """The browser for one test; the buyers' windows it opens are closed after it (their
+    pages would poll the sale on)."""
+    first = driver.window_handles[0]
+    yield driver
+    for handle in driver.window_handles:
+        if handle != first:
+            driver.switch_to.window(handle)
+            driver.close()
+    driver.switch_to.window(first)
+
+
 class Admin:
     """The shop's side: IAM-signed calls on the API's own endpoint (the edge refuses them)."""
 
@@ -174,12 +187,12 @@ def soon(seconds: float) -> str:
     return iso(datetime.now(UTC) + timedelta(seconds=seconds))
 
 
-def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(stack: LocalStack, driver: WebDriver) -> None:
+def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(stack: LocalStack, browser: WebDriver) -> None:
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
     voucher = admin.create(shop, title=TITLE, stock=2, beginTime=soon(10), endTime=soon(300))
     winner, second, late = new_user(), new_user(), new_user()
-    first = Buyer(driver, "winner")
+    first = Buyer(browser, "winner")
     first.open(stack.edge.url, shop, voucher, token_for(winner))
     first.shows("state", "Opens in")
     assert not first.enabled("press")
@@ -187,7 +200,7 @@ def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(stack: LocalS
     assert re.search(r"clock is \d+\.\d s (ahead of|behind) this device", first.text("clock"))
     first.screenshot("race-1-before-the-opening")
     # The winner in a second window too (two tabs of one person): its press is a duplicate.
-    again, other, last = Buyer(driver, "winner again"), Buyer(driver, "second"), Buyer(driver, "late")
+    again, other, last = Buyer(browser, "winner again"), Buyer(browser, "second"), Buyer(browser, "late")
     for page, user in ((again, winner), (other, second), (last, late)):
         page.open(stack.edge.url, shop, voucher, token_for(user))
     first.until(lambda: first.enabled("press"), "the press enabled at the opening")
@@ -225,7 +238,7 @@ def agrees(page: Buyer, audit: dict[str, Any]) -> None:
     assert (page.attribute("audit", "data-admitted-at") or None) == audit["admitted_at"]
 
 
-def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, driver: WebDriver, creds: Credentials) -> None:
+def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, browser: WebDriver, creds: Credentials) -> None:
     """Two enter before the close, one unit: the first move admits one of them, who wins; the
     other waits, not admitted; a third enters late. Once stopped, each page audits the draw and
     agrees with seckill-draw verify; with the stored seed changed, the audit fails in words."""
@@ -236,7 +249,7 @@ def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, driver: WebDriver, c
         admission="draw", admitFactor=1, drawCloseSeconds=5, waveSeconds=5,
     )  # fmt: skip
     users = {"early": new_user(), "also early": new_user(), "late": new_user()}
-    pages = {name: Buyer(driver, name) for name in users}
+    pages = {name: Buyer(browser, name) for name in users}
     for name in ("early", "also early"):
         page = pages[name]
         page.open(stack.edge.url, shop, voucher, token_for(users[name]))
@@ -356,14 +369,14 @@ class Relay(http.server.BaseHTTPRequestHandler):
         """Quiet: a test's output is its assertions (and no token is ever logged)."""
 
 
-def test_a_lost_answer_is_recovered_through_my_order(stack: LocalStack, driver: WebDriver) -> None:
+def test_a_lost_answer_is_recovered_through_my_order(stack: LocalStack, browser: WebDriver) -> None:
     """Needs GET /voucher-order/seckill/{voucherId}, "my order on this voucher"."""
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
     voucher = admin.create(shop, title=TITLE, stock=5, beginTime=soon(-60), endTime=soon(300))
     proxy = LosingProxy(stack.edge.url, f"/voucher-order/seckill/{voucher}")
     try:
-        buyer = Buyer(driver, "unlucky")
+        buyer = Buyer(browser, "unlucky")
         buyer.open(proxy.url, shop, voucher, token_for(new_user()))
         buyer.until(lambda: buyer.enabled("press"), "the press enabled")
         buyer.keyboard("press")
