@@ -3,13 +3,12 @@
 // order, and audit the draw with the browser's own WebCrypto once its seed is out.
 // Plain JavaScript, no build step; the API is on the same origin. The token stays in
 // memory and this tab's sessionStorage: never in the URL, never logged.
-'use strict';
+import { auditDraw } from './audit.js';
+import { ServiceClock } from './clock.js';
 
 const ID = /^[1-9][0-9]{0,18}$/;
 // <kid>.<voucherId>.<userId>.<th>.<ticket>.<exp>.<sig>: the signed-in user's id is the third part.
 const PASS = /^[a-z0-9]{1,16}\.([1-9][0-9]*)\.([1-9][0-9]*)\./;
-const HEX64 = /^[0-9a-f]{64}$/;
-const TICKET = /^[0-9a-f]{17}$/;
 const RECORD_EVERY_MS = 2000; // the edge caches the draw record for 2 s
 const ENTRY_EVERY_MS = 5000;
 const ORDER_EVERY_MS = 1000;
@@ -44,28 +43,8 @@ const sale = {
 
 // ---- The service's clock -------------------------------------------------------------------
 
-// Every API answer carries the service's HTTP Date, in whole seconds: the service's time when
-// it answered lies in [date, date + 1 s), and that moment lies between sending and receiving
-// here. Each answer bounds the offset (service - this device); the bounds narrow as answers come.
-const clock = { low: -Infinity, high: Infinity };
-
-function learnClock(response, sentAt, receivedAt) {
-  const date = Date.parse(response.headers.get('date') ?? '');
-  if (Number.isNaN(date)) return;
-  const low = date - receivedAt;
-  const high = date + 1000 - sentAt;
-  if (low > clock.high || high < clock.low) {
-    // This device's clock was set meanwhile: start again.
-    clock.low = low;
-    clock.high = high;
-  } else {
-    clock.low = Math.max(clock.low, low);
-    clock.high = Math.min(clock.high, high);
-  }
-}
-
-const offset = () => (Number.isFinite(clock.low) ? (clock.low + clock.high) / 2 : 0);
-const serviceNow = () => Date.now() + offset();
+const clock = new ServiceClock();
+const serviceNow = () => clock.now();
 
 // ---- Calls ---------------------------------------------------------------------------------
 
@@ -81,7 +60,7 @@ async function call(method, path, { auth = false, pass = null } = {}) {
   try {
     const response = await fetch(path, { method, headers, signal: abort.signal, cache: 'no-store', credentials: 'omit' });
     const text = await response.text();
-    learnClock(response, sentAt, Date.now());
+    clock.learn(response.headers.get('date'), sentAt, Date.now());
     let body = null;
     try {
       body = JSON.parse(text);
@@ -303,16 +282,19 @@ function saleWindow() {
   return v ? { begin: Date.parse(v.beginTime), end: Date.parse(v.endTime) } : null;
 }
 
-function canPress(now) {
+// Only when it can succeed by the service's clock whatever the clock's margin: the opening
+// and the move that admits the buyer surely past, the end surely not.
+function canPress() {
   const w = saleWindow();
   if (!w || sale.pressing || sale.done || Date.now() < sale.pausedUntil) return false;
-  if (now < w.begin || now >= w.end) return false;
+  const earliest = clock.earliest();
+  if (earliest < w.begin || clock.latest() >= w.end) return false;
   if (!sale.isDraw) return true;
-  return Boolean(sale.entry?.pass) && admitted(now) && sale.standing?.chance !== 'over';
+  return Boolean(sale.entry?.pass) && admitted(earliest) && sale.standing?.chance !== 'over';
 }
 
 async function press() {
-  if (!canPress(serviceNow())) return;
+  if (!canPress()) return;
   sale.pressing = true;
   say('Pressing…');
   render();
@@ -427,19 +409,11 @@ function showOrder(order) {
 
 // ---- The audit ------------------------------------------------------------------------------
 
-const hex = (buffer) => [...new Uint8Array(buffer)].map((b) => b.toString(16).padStart(2, '0')).join('');
-const bytes = (text) => Uint8Array.from(text.match(/../g), (pair) => parseInt(pair, 16));
-
-// What seckill-draw verify checks, in words: the record well formed, the cursor never back,
-// SHA-256(seed) == commitment, the ticket from HMAC-SHA256(seed, "<voucherId>:<userId>"), and
-// the ticket against the cursor at each move.
 async function audit() {
   sale.audited = true;
   $('audit-run').disabled = true;
   await loadRecord();
   const record = sale.record;
-  const checks = [];
-  const check = (ok, text) => checks.push({ ok, text });
   const verdict = $('audit-verdict');
   if (!record?.seed) {
     verdict.textContent = 'The seed is not revealed yet: it is once the sale is over or stopped.';
@@ -447,94 +421,36 @@ async function audit() {
     render();
     return;
   }
-  const history = record.cursorHistory ?? [];
-  const formed = HEX64.test(record.commitment) && HEX64.test(record.seed) && history.every((m) => TICKET.test(m.cursor));
-  check(formed, formed ? 'The record is well formed.' : 'The record is not well formed: its seed, commitment or cursors are not hex of the right length.');
-  if (formed) {
-    const back = history.findIndex((m, i) => i > 0 && m.cursor < history[i - 1].cursor);
-    check(back < 0, back < 0 ? `The cursor never moved back (${history.length} move${history.length === 1 ? '' : 's'}).` : `The cursor moved back at move ${back + 1}.`);
-    const digest = hex(await crypto.subtle.digest('SHA-256', bytes(record.seed)));
-    const match = digest === record.commitment;
-    check(
-      match,
-      match
-        ? `The revealed seed is the one committed to: its SHA-256 is ${digest}, the commitment published before the draw.`
-        : `The revealed seed is NOT the one committed to: its SHA-256 is ${digest}, but the commitment is ${record.commitment}. The seed could have been chosen after the entries were seen: this draw cannot be trusted.`,
-    );
-    if (sale.committed) {
-      const same = sale.committed === record.commitment;
-      check(
-        same,
-        same
-          ? 'The commitment is the one this page saw before the draw closed.'
-          : `The commitment changed: this page saw ${sale.committed} before the draw closed, the record now says ${record.commitment}.`,
-      );
-    }
-    await checkTicket(record, check);
-  }
-  const ok = checks.every((c) => c.ok);
-  const list = $('audit-checks');
-  list.replaceChildren(
-    ...checks.map((c) => {
-      const item = document.createElement('li');
-      item.className = c.ok ? 'pass' : 'fail';
-      item.textContent = `${c.ok ? 'Passed' : 'FAILED'}: ${c.text}`;
-      return item;
-    }),
-    ...steps(record),
+  const ticket = sale.entry?.ticket ?? null;
+  const { ok, checks, steps, admittedAt } = await auditDraw(record, {
+    voucherId: sale.voucherId,
+    userId: sale.userId,
+    ticket,
+    committed: sale.committed,
+  });
+  const item = (text, className = '') => {
+    const li = document.createElement('li');
+    li.className = className;
+    li.textContent = text;
+    return li;
+  };
+  $('audit-checks').replaceChildren(
+    ...checks.map((c) => item(`${c.ok ? 'Passed' : 'FAILED'}: ${c.text}`, c.ok ? 'pass' : 'fail')),
+    ...steps.map((step, i) =>
+      item(
+        `Move ${i + 1}, at ${when(Date.parse(step.at))}: the cursor became ${step.cursor}; your ticket was ` +
+          `${step.below ? 'below it: admitted' : 'not below it: not admitted'}.`,
+      ),
+    ),
   );
-  const first = placeAt(record);
   $('audit').dataset.ok = String(ok);
-  $('audit').dataset.admittedAt = first ? first.at : '';
-  const place = !sale.entry ? '' : first ? ` You were admitted at ${when(Date.parse(first.at))}.` : ' You were not admitted.';
+  $('audit').dataset.admittedAt = admittedAt ?? '';
+  const place = !ticket ? '' : admittedAt ? ` You were admitted at ${when(Date.parse(admittedAt))}.` : ' You were not admitted.';
   verdict.className = ok ? 'pass' : 'fail';
   verdict.textContent = ok
     ? `The draw checks out: every check passed.${place}`
     : `The draw does NOT check out: ${checks.find((c) => !c.ok).text}`;
   $('audit-run').disabled = false;
-}
-
-async function checkTicket(record, check) {
-  const ticket = sale.entry?.ticket;
-  if (!ticket || !sale.userId) {
-    check(true, 'You have no ticket in this draw: there is nothing of yours to check.');
-    return;
-  }
-  if (ticket[0] === '1') {
-    const number = parseInt(ticket.slice(1), 16);
-    const ok = number >= 1 && number <= record.lateEntrants;
-    check(
-      ok,
-      `Your ticket ${ticket} is late entry number ${number} of ${record.lateEntrants}: late entries queue after every early one, in order of entry, and do not come from the seed.`,
-    );
-    return;
-  }
-  const message = `${sale.voucherId}:${sale.userId}`;
-  const key = await crypto.subtle.importKey('raw', bytes(record.seed), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-  const derived = `0${hex(await crypto.subtle.sign('HMAC', key, new TextEncoder().encode(message))).slice(0, 16)}`;
-  check(
-    derived === ticket,
-    derived === ticket
-      ? `Your ticket ${ticket} is "0" and the first 16 hex of HMAC-SHA256(seed, "${message}"): drawn from the seed, as everyone's.`
-      : `Your ticket ${ticket} is NOT the one the seed gives you (HMAC-SHA256(seed, "${message}") gives ${derived}).`,
-  );
-}
-
-// The first move whose cursor was above the ticket.
-function placeAt(record) {
-  const ticket = sale.entry?.ticket;
-  return ticket ? (record.cursorHistory ?? []).find((m) => ticket < m.cursor) ?? null : null;
-}
-
-function steps(record) {
-  const ticket = sale.entry?.ticket;
-  if (!ticket) return [];
-  return (record.cursorHistory ?? []).map((m, i) => {
-    const item = document.createElement('li');
-    const below = ticket < m.cursor;
-    item.textContent = `Move ${i + 1}, at ${when(Date.parse(m.at))}: the cursor became ${m.cursor}; your ticket was ${below ? 'below it: admitted' : 'not below it: not admitted'}.`;
-    return item;
-  });
 }
 
 // ---- Rendering ------------------------------------------------------------------------------
@@ -554,10 +470,10 @@ function render() {
   } else if (sale.isDraw || sale.voucherId) {
     $('state').textContent = sale.isDraw ? 'The sale is over or withdrawn.' : 'This voucher is not on sale at this shop.';
   }
-  const ahead = offset() >= 0 ? 'ahead of' : 'behind';
-  const spread = Number.isFinite(clock.low) ? ` (±${((clock.high - clock.low) / 2000).toFixed(1)} s)` : '';
+  const ahead = clock.offset >= 0 ? 'ahead of' : 'behind';
+  const spread = clock.known ? ` (±${(clock.margin / 1000).toFixed(1)} s)` : '';
   $('clock').textContent =
-    `The service’s clock is ${(Math.abs(offset()) / 1000).toFixed(1)} s ${ahead} this device’s${spread}; ` +
+    `The service’s clock is ${(Math.abs(clock.offset) / 1000).toFixed(1)} s ${ahead} this device’s${spread}; ` +
     `times are in your zone (${Intl.DateTimeFormat().resolvedOptions().timeZone}), counted by the service’s clock.`;
   if (sale.order) {
     const payBy = Date.parse(sale.order.payBy ?? '');
@@ -565,7 +481,7 @@ function render() {
     $('order-payby').textContent = Number.isNaN(payBy) ? '-' : `${when(payBy)}${left}`;
   }
   if (sale.isDraw) renderDraw(now, w);
-  const can = canPress(now);
+  const can = canPress();
   const button = $('press');
   button.disabled = !can;
   button.textContent = can

@@ -303,7 +303,8 @@ def test_the_page_is_served_from_its_bucket_with_the_policy_s_headers(
     behaviors = distribution(Template.load())["behaviors"]
     page = next(b for b in behaviors if b["pathPattern"] == "/page/*")
     assert page["headers"]["content-security-policy"].startswith("default-src 'none'; script-src 'self'")
-    for name, kind in (("index.html", "text/html"), ("app.js", "text/javascript"), ("style.css", "text/css")):
+    files = [("index.html", "text/html"), ("style.css", "text/css"), ("favicon.svg", "image/svg+xml")]
+    for name, kind in files + [(f"{module}.js", "text/javascript") for module in ("app", "audit", "clock")]:
         answer = http.request("GET", f"{edge.url}/page/{name}")
         assert answer.status == 200, name
         assert answer.data == (BUCKET / "page" / name).read_bytes()
