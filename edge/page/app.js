@@ -508,8 +508,11 @@ function renderDraw(now, w) {
   $('cursor').textContent = cursor ?? 'none yet: the draw has not closed';
   const entry = sale.entry;
   $('ticket').textContent = entry ? `${entry.ticket}${entry.late ? ' (late entry)' : ''}` : 'not entered';
-  $('ahead').textContent = sale.standing ? `about ${sale.standing.ahead}` : '-';
-  $('chance').textContent = sale.standing?.chance ?? '-';
+  // The record's moves say admitted as soon as one takes effect; the entry route, read less
+  // often, says the rest.
+  const admittedNow = admitted(now) && sale.standing?.chance !== 'over';
+  $('ahead').textContent = admittedNow ? 'nobody: you are admitted' : sale.standing ? `about ${sale.standing.ahead}` : '-';
+  $('chance').textContent = admittedNow ? 'admitted' : (sale.standing?.chance ?? '-');
   const over = !w || now >= w.end || record.seed !== null;
   $('enter').disabled = Boolean(entry?.pass) || over;
   $('enter').hidden = Boolean(entry?.pass);
