@@ -27,10 +27,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from seckill.infra.clients import redis_client
-from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, connect
-from seckill.tokens import mint_tokens
 from seckill_demo.stack import LocalStack
 from seckill_local.checkout import ROOT
 from seckill_local.lambdas import local_parameters
@@ -178,22 +175,19 @@ class Buyer:
         return bool(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"))
 
 
-def token_for(user_id: int) -> str:
-    """A login token, as `seckill-tokens` mints it for local runs."""
-    return str(mint_tokens(redis_client(Settings.from_env()), [user_id], ttl_seconds=600)[user_id])
-
-
 def soon(seconds: float) -> str:
     return iso(datetime.now(UTC) + timedelta(seconds=seconds))
 
 
-def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(stack: LocalStack, browser: WebDriver) -> None:
+def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(
+    stack: LocalStack, browser: WebDriver, mint: Callable[[int], str]
+) -> None:
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
     voucher = admin.create(shop, title=TITLE, stock=2, beginTime=soon(10), endTime=soon(300))
     winner, second, late = new_user(), new_user(), new_user()
     first = Buyer(browser, "winner")
-    first.open(stack.edge.url, shop, voucher, token_for(winner))
+    first.open(stack.edge.url, shop, voucher, mint(winner))
     first.shows("state", "Opens in")
     assert not first.enabled("press")
     assert "opens in" in first.text("press")
@@ -202,7 +196,7 @@ def test_a_race_sale_wins_refuses_a_second_order_and_says_sold_out(stack: LocalS
     # The winner in a second window too (two tabs of one person): its press is a duplicate.
     again, other, last = Buyer(browser, "winner again"), Buyer(browser, "second"), Buyer(browser, "late")
     for page, user in ((again, winner), (other, second), (last, late)):
-        page.open(stack.edge.url, shop, voucher, token_for(user))
+        page.open(stack.edge.url, shop, voucher, mint(user))
     first.until(lambda: first.enabled("press"), "the press enabled at the opening")
     first.click("press")
     first.shows("answer", "You got one")
@@ -238,7 +232,9 @@ def agrees(page: Buyer, audit: dict[str, Any]) -> None:
     assert (page.attribute("audit", "data-admitted-at") or None) == audit["admitted_at"]
 
 
-def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, browser: WebDriver, creds: Credentials) -> None:
+def test_a_draw_sale_from_entry_to_audit(
+    stack: LocalStack, browser: WebDriver, creds: Credentials, mint: Callable[[int], str]
+) -> None:
     """Two enter before the close, one unit: the first move admits one of them, who wins; the
     other waits, not admitted; a third enters late. Once stopped, each page audits the draw and
     agrees with seckill-draw verify; with the stored seed changed, the audit fails in words."""
@@ -252,7 +248,7 @@ def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, browser: WebDriver, 
     pages = {name: Buyer(browser, name) for name in users}
     for name in ("early", "also early"):
         page = pages[name]
-        page.open(stack.edge.url, shop, voucher, token_for(users[name]))
+        page.open(stack.edge.url, shop, voucher, mint(users[name]))
         page.shows("draw-next", "Enter before the draw closes")
         if name == "early":
             page.screenshot("draw-1-before-entering")
@@ -261,7 +257,7 @@ def test_a_draw_sale_from_entry_to_audit(stack: LocalStack, browser: WebDriver, 
         page.shows("draw-next", "You are in the draw")
     pages["early"].screenshot("draw-2-entered", "draw")
     late = pages["late"]
-    late.open(stack.edge.url, shop, voucher, token_for(users["late"]))
+    late.open(stack.edge.url, shop, voucher, mint(users["late"]))
     late.shows("draw-next", "The draw has closed")
     late.click("enter")
     late.shows("ticket", "(late entry)")
@@ -369,7 +365,9 @@ class Relay(http.server.BaseHTTPRequestHandler):
         """Quiet: a test's output is its assertions (and no token is ever logged)."""
 
 
-def test_a_lost_answer_is_recovered_through_my_order(stack: LocalStack, browser: WebDriver) -> None:
+def test_a_lost_answer_is_recovered_through_my_order(
+    stack: LocalStack, browser: WebDriver, mint: Callable[[int], str]
+) -> None:
     """Needs GET /voucher-order/seckill/{voucherId}, "my order on this voucher"."""
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
@@ -377,7 +375,7 @@ def test_a_lost_answer_is_recovered_through_my_order(stack: LocalStack, browser:
     proxy = LosingProxy(stack.edge.url, f"/voucher-order/seckill/{voucher}")
     try:
         buyer = Buyer(browser, "unlucky")
-        buyer.open(proxy.url, shop, voucher, token_for(new_user()))
+        buyer.open(proxy.url, shop, voucher, mint(new_user()))
         buyer.until(lambda: buyer.enabled("press"), "the press enabled")
         buyer.keyboard("press")
         buyer.shows("answer", "You hold an order on this voucher")
