@@ -21,7 +21,7 @@ const PASS = /^([a-z0-9]{1,16})\.([1-9][0-9]{0,18})\.([1-9][0-9]{0,18})\.([0-9a-
 const CURSOR = /^[0-9a-f]{17}$/;
 const KEY = /^[0-9a-f]{64}$/;
 const KID = /^[a-z0-9]{1,16}$/;
-const MOVES_MAX = 8;
+const MOVES_MAX = 16;
 
 // Byte for byte the Lambda's bodies (Python's json.dumps of the Result), and API
 // Gateway's own 401 when the token header is missing.

@@ -26,12 +26,13 @@ local state = string.format(
   '"begin":%.0f,"end":%.0f,"soldOut":%s,"stopped":%s',
   begin_ms, end_ms, tostring(stock <= 0), tostring(stopped))
 if window[4] == '1' then
-  -- A draw: the move in effect now and the later ones already decided, at most 8 (the
-  -- edge needs no older one, and a KVS value holds at most 1 KB). Past the 8th, the
-  -- entry's decided stops at the first move it leaves out: it holds every move before.
+  -- A draw: the move in effect now and the later ones already decided, at most 16 (the
+  -- edge needs no older one, and a KVS value holds at most 1 KB: 16 take about 800
+  -- bytes). Past the 16th, the entry's decided stops at the first move it leaves out: it
+  -- holds every move before (a paced move's later steps come with the clock's relays).
   local decided = tonumber(window[6] or '0')
   local moves = redis.call('ZREVRANGEBYSCORE', KEYS[4], now_ms, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local room = #moves == 0 and 8 or 7
+  local room = #moves == 0 and 16 or 15
   local later = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, room + 1)
   if #later > 2 * room then
     decided = math.min(decided, tonumber(later[2 * room + 2]))

@@ -942,3 +942,31 @@ def test_ahead_is_estimated_from_the_tickets_without_reading_the_entries(
     others = "DELETE FROM tb_draw_entry WHERE voucher_id = %s AND user_id NOT IN (%s, %s, %s)"
     db.run(lambda cursor: cursor.execute(others, (voucher_id, *asked)))
     assert {u: body(call(enter_event(voucher_id, u, "GET")))["data"]["ahead"] for u in asked} == estimates
+
+
+def test_a_long_paced_move_is_relayed_to_the_edge_every_ten_seconds_until_its_last_step(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue
+) -> None:
+    voucher_id = draws(stock=20, admitFactor=2, admitRate=1, waveSeconds=60)
+    for _ in range(40):
+        enter(call, voucher_id, new_user())
+    shift(db, redis, voucher_id, 21)
+
+    def next_time() -> int:
+        """The clock's next time, from the opening (both move with every shift)."""
+        return int(draw_row(db, voucher_id)["clock_at"]) - int(redis.hget(keys.window(voucher_id), "begin"))
+
+    decided = decide(db, redis, clock, voucher_id)
+    assert decided.steps == 40  # the close's step, then one a second from the opening + 1 s to + 39 s
+    times, ticks = [next_time()], []
+    while len(ticks) < 5:
+        seconds, micros = redis.time()
+        due = int(draw_row(db, voucher_id)["clock_at"]) - moves.LEAD_MS
+        shift(db, redis, voucher_id, (due - (seconds * 1000 + micros // 1000)) / 1000 + 0.1)
+        ticks.append(decide(db, redis, clock, voucher_id).tick)
+        times.append(next_time())
+    # Relays 10 s apart from the close (20 s before the opening) while steps go on; then the
+    # first wave after the last step; no move added by a relay.
+    assert ticks == [Tick.RELAY] * 5
+    assert times == [-10_000, 0, 10_000, 20_000, 30_000, 60_000]
+    assert len(db_rows(db, "SELECT * FROM tb_draw_move WHERE voucher_id = %s", voucher_id)) == 40

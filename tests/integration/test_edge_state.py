@@ -376,23 +376,23 @@ def test_a_draw_claims_its_moves_in_effect_and_later(voucher: Callable[..., int]
         # Nothing of the clock published yet: decided 0, the edge sure of nothing after the close.
         assert (opened.draw, opened.close, opened.decided, opened.moves) == (True, close, 0, ())
         now = to_ms(datetime.now(UTC))
-        # Two moves past (only the later one is in effect), nine ahead (seven of them fit).
-        cursors = [f"0{i:016x}" for i in range(11)]
+        # Two moves past (only the later one is in effect), 17 ahead (15 of them fit).
+        cursors = [f"0{i:016x}" for i in range(19)]
         past = {cursors[0]: now - 20_000, cursors[1]: now - 10_000}
         ahead = {c: now + 60_000 * (i + 1) for i, c in enumerate(cursors[2:])}
         redis.zadd(keys.cursor(voucher_id), {**past, **ahead})
         redis.hset(keys.window(voucher_id), "decided", str(race.end))
         moved = claim(scripts, voucher_id)
         assert moved is not None
-        assert moved.moves == ((now - 10_000, cursors[1]), *((ahead[c], c) for c in cursors[2:9]))
+        assert moved.moves == ((now - 10_000, cursors[1]), *((ahead[c], c) for c in cursors[2:17]))
         # Every move is decided until the end, but the entry holds those before the first it left out.
-        assert (moved.close, moved.decided) == (close, ahead[cursors[9]])
+        assert (moved.close, moved.decided) == (close, ahead[cursors[17]])
         assert moved.v > opened.v
         assert claim(scripts, voucher_id) is None  # nothing changed since
         # What the publisher would write is a value the edge reads back the same.
         assert EdgeState.from_value(voucher_id, moved.value()) == moved
         # Once the moves fit, decided is the window's own; a later decided is a new state.
-        redis.zremrangebyscore(keys.cursor(voucher_id), ahead[cursors[9]], "+inf")
+        redis.zremrangebyscore(keys.cursor(voucher_id), ahead[cursors[17]], "+inf")
         assert (decided := claim(scripts, voucher_id)) is not None
         assert decided.decided == race.end
         redis.hset(keys.window(voucher_id), "decided", str(race.end + 1))

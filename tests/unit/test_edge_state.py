@@ -165,7 +165,7 @@ def draw_message(**changes: object) -> str:
         draw_message(moves=[[2, "0" + "8" * 16], [1, "0" + "c" * 16]]),  # not ascending
         draw_message(moves=[[1, "0" + "8" * 16], [1, "0" + "c" * 16]]),
         draw_message(moves=[[1, "0" + "c" * 16], [2, "0" + "8" * 16]]),  # the cursor moved back
-        draw_message(moves=[[i, "0" + "8" * 16] for i in range(9)]),  # more than an entry holds
+        draw_message(moves=[[i, "0" + "8" * 16] for i in range(17)]),  # more than an entry holds
     ],
 )
 def test_refuses_a_malformed_draw(text: str) -> None:

@@ -53,6 +53,10 @@ CLOSE_BOUND_MS = 5000
 RETRY_MAX_SECONDS = 20
 # A press that finds the draw closed with no move wakes the clock at most this often.
 WAKE_MS = 1000
+# While a paced move has steps to come, the clock relays them to the edge this often: an
+# edge entry holds the step in effect and the next 15 (seckill.edge.state.MOVES_MAX), so a
+# relay decided LEAD_MS ahead lands well before the edge runs out of them.
+RELAY_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ class Tick(Enum):
     MISSED = "missed"  # the message came after its wave took effect: none made, the next one scheduled
     EARLY = "early"  # sent again with the time left
     STALE = "stale"  # not the draw's next time (a duplicate, an old chain): nothing done
+    RELAY = "relay"  # a paced move's steps still to come: published again, for the edge's next ones
 
 
 @dataclass(frozen=True)
@@ -166,8 +171,11 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
             queue.send(message, due(draw, message.at_ms), draw.now_ms)
             return Decided(Tick.EARLY)
         first = message.at_ms == draw.close_ms
+        last = None if first else last_step(cursor, v)
         if draw.over:
             decided = Decided(Tick.STILL)
+        elif last is not None and last >= message.at_ms:
+            decided = Decided(Tick.RELAY, last_at=last)
         elif not first and draw.now_ms >= message.at_ms:
             log.warning("draw %s: the wave at %s was not decided in time", v, message.at_ms)
             decided = Decided(Tick.MISSED)
@@ -175,8 +183,7 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
             decided = _move(cursor, draw, message.at_ms, stored_stock(cursor, v), first=True)
         else:
             decided = _move(cursor, draw, message.at_ms, units_on_sale(redis, v), first=False)
-        # Waves resume after a paced move's last step.
-        following = next_wave(draw, max(decided.last_at or message.at_ms, draw.now_ms))
+        following = next_time(draw, message.at_ms, decided.last_at)
         cursor.execute("UPDATE tb_draw SET clock_at = %s WHERE voucher_id = %s", (following, v))
         if following is not None:
             queue.send(ClockMessage(v, following), due(draw, following), draw.now_ms)
@@ -185,6 +192,22 @@ def tick(db: Database, redis: RedisClient, queue: ClockQueue, message: ClockMess
     decided = db.run(work)
     publish(db, redis, v)
     return decided
+
+
+def next_time(draw: Draw, at_ms: int, last_step: int | None) -> int | None:
+    """The clock's next time after the one at ``at_ms``: a relay ``RELAY_MS`` on while a
+    paced move's steps go on past it (up to ``last_step``); else the next wave, which
+    resumes only after the last step."""
+    if last_step is not None and last_step > at_ms + RELAY_MS and not draw.over:
+        return at_ms + RELAY_MS
+    return next_wave(draw, max(last_step or at_ms, draw.now_ms))
+
+
+def last_step(cursor: DictCursor, voucher_id: int) -> int | None:
+    """When the latest recorded move (or step) takes effect; None before the first."""
+    cursor.execute("SELECT MAX(at_ms) AS at FROM tb_draw_move WHERE voucher_id = %s", (voucher_id,))
+    at = cursor.fetchone()["at"]  # type: ignore[index]  # an aggregate answers one row
+    return None if at is None else int(at)
 
 
 def stored_stock(cursor: DictCursor, voucher_id: int) -> int:

@@ -37,15 +37,15 @@ _MESSAGE_KEYS = {*_VALUE_KEYS, "voucherId"}
 _DRAW_KEYS = {"draw", "close", "decided", "moves"}
 # A version is a positive integer a JavaScript number holds exactly (the edge's parser).
 _MAX_SAFE = 2**53 - 1
-# States per sweep message: about 110 bytes each (a draw's up to about 480), inside
+# States per sweep message: about 110 bytes each (a draw's up to about 800), inside
 # SQS's 256 KiB.
-SWEEP_MESSAGE_STATES = 500
+SWEEP_MESSAGE_STATES = 300
 # How long after its sale ended (or was stopped) a voucher's state is kept, in Redis and
 # in the store: as long as reconciliation looks after the sale and its sweep keeps the
 # state right (seckill.repair.restore.ENDED_WITHIN); then both are deleted.
 KEPT_AFTER_END = timedelta(days=1)
 # A draw's entry holds the move in effect and the later ones, at most this many.
-MOVES_MAX = 8
+MOVES_MAX = 16
 _CURSOR = re.compile(r"[0-9a-f]{17}")
 
 # A cursor move: the epoch ms it takes effect, and the cursor (17 lowercase hex).

@@ -410,7 +410,7 @@ describe('an entry it cannot trust', () => {
       { decided: 1.5 },
       { close: null },
       // More moves than an entry holds.
-      { moves: Array.from({ length: 9 }, (_, i) => [NOW - 90_000 + i * 10_000, TICKET]) },
+      { moves: Array.from({ length: 17 }, (_, i) => [NOW - 170_000 + i * 10_000, TICKET]) },
     ];
     for (const fields of bad) {
       await assertForwarded({ soldOut: true, ...fields });
@@ -418,8 +418,8 @@ describe('an entry it cannot trust', () => {
     }
   });
 
-  it('holds eight moves', async () => {
-    const moves = Array.from({ length: 8 }, (_, i) => [NOW - 80_000 + i * 10_000, TICKET]);
+  it('holds sixteen moves', async () => {
+    const moves = Array.from({ length: 16 }, (_, i) => [NOW - 160_000 + i * 10_000, TICKET]);
     await assertRefused('NOT_ADMITTED', { moves });
   });
 });
