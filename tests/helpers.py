@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -136,6 +137,16 @@ def db_rows(db: Database, sql: str, *params: Any) -> list[dict[str, Any]]:
         return list(cursor.fetchall())
 
     return db.run(execute)
+
+
+def statements(db: Database) -> Counter[str]:
+    """MariaDB's own count of the statements this thread's connection has run."""
+    with db.connection().cursor() as cursor:
+        cursor.execute(
+            "SHOW SESSION STATUS WHERE Variable_name IN"
+            " ('Com_commit', 'Com_rollback', 'Com_select', 'Com_insert', 'Com_update')"
+        )
+        return Counter({row["Variable_name"]: int(row["Value"]) for row in cursor.fetchall()})
 
 
 def accept(gate: Gate, voucher_id: int, user_id: int | None = None, *, promise: bool = True) -> OrderMessage:
