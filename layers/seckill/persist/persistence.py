@@ -299,21 +299,20 @@ def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[Or
 def fail_unqueued(db: Database, m: OrderMessage) -> bool:
     """Decide, as FAILED ``NOT_QUEUED``, an order whose client was never told 202 and
     that never reached MySQL, so that a copy still on its way can never confirm it.
-    True when it is so failed (now or before): the caller releases its unit. False
-    when the persister decided it already (it was queued after all): stored, or failed
-    for a reason of its own, whose unit the persister gives back itself if it must
-    (``NOT_ADMITTED``), so a release would return it twice."""
+    True when it is failed, so the caller releases its unit. False when MySQL holds
+    the order already (it was queued after all), or when the persister failed it
+    ``NOT_ADMITTED``: the persister gives that unit back itself, and a release would
+    return it twice."""
 
     def fail(cursor: DictCursor) -> bool:
         cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (m.voucher_id,))
         cursor.execute(
-            "SELECT NULL AS reason FROM tb_voucher_order WHERE id = %s"
-            " UNION ALL SELECT reason FROM tb_voucher_order_rejection WHERE order_id = %s",
-            (m.order_id, m.order_id),
+            "SELECT 1 FROM tb_voucher_order WHERE id = %s"
+            " UNION ALL SELECT 1 FROM tb_voucher_order_rejection WHERE order_id = %s AND reason = %s",
+            (m.order_id, m.order_id, NOT_ADMITTED),
         )
-        row = cursor.fetchone()
-        if row is not None:
-            return bool(row["reason"] == NOT_QUEUED)
+        if cursor.fetchall():
+            return False
         cursor.execute(
             "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"
             " VALUES (%s, %s, %s, %s)",
