@@ -32,7 +32,7 @@ from seckill.messages import OrderMessage, OrderQueue
 from seckill.passes import KeyRing
 from seckill.persist.persistence import Decision, decide_orders, fail_unqueued, persist_orders
 from seckill.repair.restore import restore
-from seckill_demo.minted import minted_pass
+from seckill_demo.minted import FORGED_TICKET, minted_pass
 from seckill_ops import dlq_replay
 from tests.helpers import (
     Handler,
@@ -745,8 +745,8 @@ def test_the_re_check_is_one_statement_for_a_batchs_draw_orders(
         return accepted(gate, reservation)
 
     batch = [
-        accepted_with(ranked[3], "0" * 17),  # an entrant not admitted, with a minted pass
-        accepted_with(new_user(), "0" * 17),  # and one who never entered
+        accepted_with(ranked[3], FORGED_TICKET),  # an entrant not admitted, with a minted pass
+        accepted_with(new_user(), FORGED_TICKET),  # and one who never entered
         accepted_with(ranked[0], entries[ranked[0]]["ticket"]),
     ]
     assert stocks(db, redis, voucher_id) == (3, 0)
