@@ -22,7 +22,6 @@ from redis.exceptions import NoScriptError
 from seckill import hints
 from seckill.draw.admission import NOT_ADMITTED, admitted_orders
 from seckill.hints import CONFIRMED, FAILED
-from seckill.holds import give_back_keys
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
@@ -271,7 +270,7 @@ def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[Or
     # The gate took a unit for an order MySQL never counted: back on sale, once per order
     # (lua/give_back.lua), so a redelivery or a replay may run it again and adds nothing.
     calls += [
-        (scripts.give_back, give_back_keys(m.voucher_id), [m.order_id])
+        (scripts.give_back, keys.give_back_keys(m.voucher_id), [m.order_id])
         for m, decision in decided
         if decision.reason == NOT_ADMITTED
     ]
