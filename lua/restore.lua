@@ -4,15 +4,17 @@
 -- ARGV[1] mode: "missing" (only if the stock key is gone: a lost cache), "repair" (always), "check" (write nothing)
 -- ARGV[2] MySQL stock, ARGV[3] window begin (ms), ARGV[4] window end (ms)
 -- ARGV[5] JSON array of the user ids holding an order, whatever its fate (paid,
---         payable, expired, cancelled: one order per user per voucher)
+--         payable, expired, cancelled: one order per user per voucher), and of those
+--         whose order was failed NOT_ADMITTED (a draw's re-check)
 -- ARGV[6] JSON array of the order ids MySQL has decided (confirmed or failed)
 -- ARGV[7] JSON array of [userId, orderId, acceptedMs] of orders waiting in the
 --         dead-letter queue: accepted, not yet in MySQL, their marks maybe lost
 --         with Redis. A user without a mark gets one back (promised: the client
 --         was told 202), so they count as outstanding.
--- ARGV[8] JSON array of the order ids MySQL has closed (expired or cancelled): MySQL's
---         stock counts their units back already, so each joins the returned set and
---         a give_back still on its way for it adds nothing.
+-- ARGV[8] JSON array of the order ids MySQL has closed (expired or cancelled) or failed
+--         NOT_ADMITTED: MySQL's stock counts their units back already (or never took
+--         them), so each joins the returned set and a give_back still on its way for it
+--         adds nothing.
 -- ARGV[9] a draw's fields, JSON {"close": ms, "decided": ms, "moves": [[atMs, cursor], ...]}, or ''
 --         for a race: the window's draw, close and decided (never moving back) and every
 --         recorded move come back with the rest.

@@ -65,6 +65,7 @@ class HoldsOutcome:
     returned: int  # size of seckill:returned:{v}
     mysql_stock: int
     redis_stock: int | None
+    not_admitted: int = 0  # draw orders failed NOT_ADMITTED: their units are given back too
 
     @classmethod
     def read(cls, db: Database, redis: Any, voucher_id: int) -> HoldsOutcome:
@@ -78,9 +79,11 @@ class HoldsOutcome:
                 "SELECT COALESCE(SUM(status = 2 AND pay_time > pay_by), 0) AS late,"
                 " COALESCE(SUM(status = 2 AND close_reason IS NOT NULL), 0) AS closed,"
                 " COALESCE(SUM(status = 1 AND pay_by IS NULL), 0) AS undated,"
-                " COALESCE(SUM(close_reason = 'EXPIRED' AND update_time < pay_by), 0) AS early"
+                " COALESCE(SUM(close_reason = 'EXPIRED' AND update_time < pay_by), 0) AS early,"
+                " (SELECT COUNT(*) FROM tb_voucher_order_rejection r"
+                "  WHERE r.voucher_id = %s AND r.reason = 'NOT_ADMITTED') AS not_admitted"
                 " FROM tb_voucher_order WHERE voucher_id = %s",
-                (voucher_id,),
+                (voucher_id, voucher_id),
             )
             odd = {k: int(v) for k, v in cursor.fetchone().items()}
             cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s", (voucher_id,))
@@ -97,6 +100,7 @@ class HoldsOutcome:
             int(redis.scard(keys.returned(voucher_id))),
             mysql_stock,
             None if stock is None else int(stock),
+            odd["not_admitted"],
         )
 
     def count(self, state: str) -> int:
@@ -106,9 +110,15 @@ class HoldsOutcome:
     def closed(self) -> int:
         return self.count("EXPIRED") + self.count("CANCELLED")
 
+    @property
+    def given_back(self) -> bool:
+        """Each unit given back is in the returned set once: a closed hold's, and a draw order's
+        failed NOT_ADMITTED; and Redis's stock is MySQL's."""
+        return self.returned == self.closed + self.not_admitted and self.redis_stock == self.mysql_stock
+
     def resolved(self) -> bool:
         """No hold outstanding, and every closed order's unit back in Redis."""
-        return self.count("CONFIRMED") == 0 and self.returned == self.closed and self.redis_stock == self.mysql_stock
+        return self.count("CONFIRMED") == 0 and self.given_back
 
 
 def return_lag(db: Database, voucher_id: int) -> dict[str, Any] | None:
@@ -154,9 +164,10 @@ def check_holds(outcome: HoldsOutcome, holds: Holds, statuses: dict[int, str], *
         ),
         Check(
             "no unit returned twice",
-            outcome.returned == outcome.closed and outcome.redis_stock == outcome.mysql_stock,
-            f"returned set {outcome.returned}, closed orders {outcome.closed}; Redis stock {outcome.redis_stock}, "
-            f"MySQL stock {outcome.mysql_stock}",
+            outcome.given_back,
+            f"returned set {outcome.returned}, closed orders {outcome.closed}"
+            + (f" + orders not admitted {outcome.not_admitted}" if outcome.not_admitted else "")
+            + f"; Redis stock {outcome.redis_stock}, MySQL stock {outcome.mysql_stock}",
         ),
         Check(
             "no order expired before its deadline",

@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from seckill.draw.admission import NOT_ADMITTED
 from seckill.edge.state import StateQueue
 from seckill.expiry import ExpiryQueue
 from seckill.infra import tracing, warmup
@@ -60,9 +61,16 @@ def take(records: list[dict[str, Any]]) -> dict[str, Taken]:
     decided = take_batch(db, redis, scripts, poison, [(r["body"], r.get("messageAttributes")) for r in records])
     # Counted as decided: a record failed for its expiry alone is stored all the same.
     counts = Counter(kind(outcome) for outcome in decided)
+    # The gate let through a press its user's stored ticket did not admit: a pass signed
+    # with a leaked key, most likely (docs/draw.md, "Admission re-checked").
+    counts["OrdersNotAdmitted"] = sum(
+        isinstance(o, Decided) and o.decision.changed and o.decision.reason == NOT_ADMITTED for o in decided
+    )
+    if counts["OrdersNotAdmitted"]:
+        logger.warning("draw orders failed NOT_ADMITTED", extra={"orders": counts["OrdersNotAdmitted"]})
     outcomes = send_expiries(expiries, decided)
     counts["ExpiriesNotSent"] = sum(after is not before for before, after in zip(decided, outcomes, strict=True))
-    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersPoisoned", "ExpiriesNotSent"):
+    for name in ("OrdersConfirmed", "OrdersFailed", "OrdersNotAdmitted", "OrdersPoisoned", "ExpiriesNotSent"):
         if counts[name]:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts[name])
     logger.info("batch decided", extra={"records": len(outcomes), **counts})

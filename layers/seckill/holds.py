@@ -174,11 +174,7 @@ def _close(cursor: DictCursor, order: Order, reason: str) -> Order:
 def give_back(scripts: Scripts, voucher_id: int, order_id: int) -> int:
     """Put a closed order's unit back in Redis's stock: 1 given back now, 0 back already,
     -1 Redis does not hold the voucher (its rebuild from MySQL counts the return)."""
-    return int(
-        scripts.give_back(
-            keys=[keys.stock(voucher_id), keys.returned(voucher_id), keys.window(voucher_id)], args=[order_id]
-        )
-    )
+    return int(scripts.give_back(keys=keys.give_back_keys(voucher_id), args=[order_id]))
 
 
 def _settled(redis: RedisClient, scripts: Scripts, order: Order, edge: StateQueue) -> None:

@@ -91,7 +91,7 @@ class OrderStatus(_Doc):
     voucher_id: int
     user_id: int
     status: Literal["PENDING", "CONFIRMED", "PAID", "EXPIRED", "CANCELLED", "FAILED"]
-    reason: Literal["DUPLICATE_ORDER", "SOLD_OUT", "VOUCHER_NOT_FOUND", "NOT_QUEUED"] | None
+    reason: Literal["DUPLICATE_ORDER", "SOLD_OUT", "VOUCHER_NOT_FOUND", "NOT_QUEUED", "NOT_ADMITTED"] | None
     created_at: datetime | None
     pay_by: datetime | None
     paid_at: datetime | None

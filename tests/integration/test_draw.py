@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -28,10 +30,17 @@ from seckill.holds import expire
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.lua_scripts import Scripts
+from seckill.infra.timeutil import from_ms
+from seckill.messages import OrderMessage, OrderQueue
 from seckill.passes import KeyRing
+from seckill.persist.persistence import Decision, decide_orders, fail_unqueued, persist_orders
+from seckill.repair.restore import restore
+from seckill_demo.minted import FORGED_TICKET, minted_pass
 from seckill_local.template import Template
+from seckill_ops import dlq_replay
 from tests.helpers import (
     Handler,
+    accepted,
     admin_event,
     as_user,
     body,
@@ -46,10 +55,14 @@ from tests.helpers import (
     new_user,
     persist,
     race,
+    reconcile_voucher,
     recover,
     seckill_event,
     seckill_voucher_body,
     sqs_record,
+    statements,
+    status_event,
+    stocks,
     with_path,
 )
 
@@ -970,3 +983,189 @@ def test_a_long_paced_move_is_relayed_to_the_edge_every_ten_seconds_until_its_la
     assert ticks == [Tick.RELAY] * 5
     assert times == [-10_000, 0, 10_000, 20_000, 30_000, 60_000]
     assert len(db_rows(db, "SELECT * FROM tb_draw_move WHERE voucher_id = %s", voucher_id)) == 40
+
+
+# --- admission re-checked by the persister -----------------------------------------------------
+
+
+def forged_press(call: Call, voucher_id: int, user_id: int, orders_made: list[int]) -> int:
+    """A press showing a pass minted with the ring's key (ticket 000...0): the gate takes it."""
+    ring = passes.load_ring()
+    assert ring is not None
+    shown = minted_pass(ring, voucher_id, user_id, token_of(user_id), int(time.time()) + 600)
+    response = call(press_event(voucher_id, user_id, shown))
+    assert response["statusCode"] == 202, response
+    orders_made.append(int(body(response)["data"]))
+    return orders_made[-1]
+
+
+def order_status(call: Call, order_id: int, user_id: int) -> tuple[str, str | None]:
+    response = call(status_event(order_id, user_id))
+    assert response["statusCode"] == 200, response
+    data = body(response)["data"]
+    return data["status"], data["reason"]
+
+
+def not_admitted_rows(db: Database, voucher_id: int) -> list[int]:
+    rows = db_rows(db, "SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s AND reason = %s",
+                   voucher_id, "NOT_ADMITTED")  # fmt: skip
+    return [int(r["order_id"]) for r in rows]
+
+
+@pytest.mark.parametrize("who", ["an entrant not admitted", "a user who never entered"])
+def test_a_pass_minted_with_the_key_gets_no_unit_and_the_unit_goes_back_once(
+    call: Call, db: Database, redis: Any, sale: dict[str, Any], handlers: dict[str, Handler], context: Any,
+    sqs: Any, order_queue: str, orders_made: list[int], who: str,
+) -> None:  # fmt: skip
+    v = sale["voucher"]
+    user = sale["waiting"] if who == "an entrant not admitted" else new_user()
+    order_id = forged_press(call, v, user, orders_made)
+    assert stocks(db, redis, v) == (1, 0)  # the gate believed the pass and took the one unit
+    [message] = persist(handlers, context, sqs, order_queue)
+    assert order_status(call, order_id, user) == ("FAILED", "NOT_ADMITTED")
+    assert not_admitted_rows(db, v) == [order_id]
+    assert db_rows(db, "SELECT id FROM tb_voucher_order WHERE voucher_id = %s", v) == []
+    assert stocks(db, redis, v) == (1, 1)  # back on sale
+    assert redis.smembers(keys.returned(v)) == {str(order_id)}
+    assert redis.hget(keys.pending(v), str(user)) is None
+    # Redelivered: the same decision, and the unit is not given back again.
+    for _ in range(2):
+        sqs.send_message(QueueUrl=order_queue, MessageBody=message["Body"])
+        persist(handlers, context, sqs, order_queue)
+    assert order_status(call, order_id, user) == ("FAILED", "NOT_ADMITTED")
+    assert stocks(db, redis, v) == (1, 1)
+    # One try per account: the forger keeps its place among the buyers.
+    ring = passes.load_ring()
+    assert ring is not None
+    again = minted_pass(ring, v, user, token_of(user), int(time.time()) + 600)
+    expect_refusal(call(press_event(v, user, again)), 409, "DUPLICATE_ORDER")
+    # The unit is on sale again, and an admitted entrant wins it.
+    winner = sale["admitted"][0]
+    accepted = call(press_event(v, winner, sale["entries"][winner]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    persist(handlers, context, sqs, order_queue)
+    assert order_status(call, orders_made[-1], winner)[0] == "CONFIRMED"
+    assert stocks(db, redis, v) == (0, 0)
+    # Redis and MySQL agree: reconciliation finds nothing to repair.
+    drift = restore(db, Scripts.register(redis), v, "check")
+    assert drift is not None
+    assert not drift.drifted
+
+
+def test_an_order_accepted_just_before_the_move_that_admits_its_user_fails(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, handlers: dict[str, Handler],
+    context: Any, sqs: Any, order_queue: str, orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=2, admitFactor=1, waveSeconds=5)
+    users = [new_user() for _ in range(4)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    shift(db, redis, voucher_id, 21)
+    assert decide(db, redis, clock, voucher_id).admitted == 2
+    shift(db, redis, voucher_id, 9.5)  # open; wave 1 takes effect in about 5 s, decided now
+    wave = decide(db, redis, clock, voucher_id)
+    assert (wave.tick, wave.admitted) == (Tick.MOVED, 2)  # ranked[2] and ranked[3], from its at on
+    wave_at = cursor_in_redis(redis, voucher_id)[-1][1]
+    # Before the wave's at, a minted pass gets ranked[2] through the gate; the wave, though
+    # recorded by now, was not in effect at the order's acceptance.
+    order_id = forged_press(call, voucher_id, ranked[2], orders_made)
+    persist(handlers, context, sqs, order_queue)
+    assert order_status(call, order_id, ranked[2]) == ("FAILED", "NOT_ADMITTED")
+    assert stocks(db, redis, voucher_id) == (2, 2)
+    # The boundary, as the gate draws it: a move applies from its at on (at <= acceptedAt).
+    before, at = (OrderMessage(random.randint(10**15, 2**62), ranked[3], voucher_id, from_ms(wave_at + d))
+                  for d in (-1, 0))  # fmt: skip
+    assert decide_orders(db, [before, at]) == [Decision("FAILED", "NOT_ADMITTED"), Decision("CONFIRMED")]
+
+
+def test_a_replayed_or_requeued_order_not_admitted_still_fails_and_its_unit_goes_back_once(
+    call: Call, db: Database, redis: Any, sale: dict[str, Any], handlers: dict[str, Handler], context: Any,
+    sqs: Any, order_queue: str, session_queues: dict[str, str], orders_made: list[int],
+) -> None:  # fmt: skip
+    v, user = sale["voucher"], sale["waiting"]
+    order_id = forged_press(call, v, user, orders_made)
+    # Its message lost on the way (the mark is promised): reconciliation queues it again.
+    [message] = drain(sqs, order_queue)
+    assert reconcile_voucher(db, redis, OrderQueue(sqs, order_queue), v, drained=False).requeued == [str(order_id)]
+    persist(handlers, context, sqs, order_queue)
+    assert order_status(call, order_id, user) == ("FAILED", "NOT_ADMITTED")
+    assert stocks(db, redis, v) == (1, 1)
+    # A copy dead-lettered meanwhile is replayed: decided as before, the unit not given back again.
+    dlq = session_queues["OrderDeadLetterQueue"]
+    drain(sqs, dlq)
+    sqs.send_message(QueueUrl=dlq, MessageBody=message["Body"])
+    assert dlq_replay.main(["--dlq-url", dlq, "--queue-url", order_queue, "--wait", "0", "--yes"]) == 0
+    [replayed] = persist(handlers, context, sqs, order_queue)
+    assert replayed["Body"] == message["Body"]
+    assert order_status(call, order_id, user) == ("FAILED", "NOT_ADMITTED")
+    assert not_admitted_rows(db, v) == [order_id]
+    assert stocks(db, redis, v) == (1, 1)
+    drift = reconcile_voucher(db, redis, OrderQueue(sqs, order_queue), v).drift
+    assert drift is not None
+    assert not drift.drifted
+
+
+def test_a_unit_given_back_for_an_order_not_admitted_is_counted_once_whatever_runs_between(
+    call: Call, db: Database, redis: Any, sale: dict[str, Any], sqs: Any, order_queue: str, orders_made: list[int]
+) -> None:
+    v, user = sale["voucher"], sale["waiting"]
+    order_id = forged_press(call, v, user, orders_made)
+    [sent] = drain(sqs, order_queue)
+    message = OrderMessage.from_json(sent["Body"])
+    scripts = Scripts.register(redis)
+    # MySQL decided it; Redis has not heard yet (the persister's write-back still to come).
+    assert decide_orders(db, [message]) == [Decision("FAILED", "NOT_ADMITTED")]
+    # A press after the close, or reconciliation, finding the mark: not failed NOT_QUEUED,
+    # so not released, since the persister gives the unit back itself.
+    assert not fail_unqueued(db, message)
+    assert stocks(db, redis, v) == (1, 0)
+    # Redis lost the voucher, rebuilt from MySQL (as recovery does): the unit counted back,
+    # the forger still a buyer.
+    redis.delete(*keys.gate_keys(v), keys.returned(v))
+    rebuilt = restore(db, scripts, v, "missing")
+    assert rebuilt is not None
+    assert rebuilt.applied
+    assert stocks(db, redis, v) == (1, 1)
+    assert redis.sismember(keys.buyers(v), str(user))
+    # The write-back (or a redelivery) comes after the rebuild: it adds nothing.
+    assert persist_orders(db, redis, scripts, [message]) == [Decision("FAILED", "NOT_ADMITTED", changed=False)]
+    assert stocks(db, redis, v) == (1, 1)
+    # A give-back Redis missed is made by reconciliation, once.
+    redis.srem(keys.returned(v), str(order_id))
+    redis.decr(keys.stock(v))
+    assert reconcile_voucher(db, redis, OrderQueue(sqs, order_queue), v).returned == [str(order_id)]
+    assert stocks(db, redis, v) == (1, 1)
+    assert reconcile_voucher(db, redis, OrderQueue(sqs, order_queue), v).returned == []
+
+
+def test_the_re_check_is_one_statement_for_a_batchs_draw_orders(
+    call: Call, db: Database, redis: Any, gate: Any, scripts: Scripts, draws: Callable[..., int], clock: ClockQueue,
+    orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=3, admitFactor=1)
+    users = [new_user() for _ in range(4)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    shift(db, redis, voucher_id, 31)  # opened a second ago
+    assert decide(db, redis, clock, voucher_id).admitted == 3
+
+    def accepted_with(user: int, ticket: str) -> OrderMessage:
+        reservation = gate.reserve(voucher_id, user, ticket=ticket)
+        orders_made.append(reservation.order_id)
+        return accepted(gate, reservation)
+
+    batch = [
+        accepted_with(ranked[3], FORGED_TICKET),  # an entrant not admitted, with a minted pass
+        accepted_with(new_user(), FORGED_TICKET),  # and one who never entered
+        accepted_with(ranked[0], entries[ranked[0]]["ticket"]),
+    ]
+    assert stocks(db, redis, voucher_id) == (3, 0)
+    before = statements(db)
+    outcomes = persist_orders(db, redis, scripts, batch)
+    ran = statements(db) - before
+    # Lock the vouchers (learning which are draws), read what is stored, re-check the
+    # batch's draw orders, insert the order and the rejections, one decrement, commit.
+    assert ran == Counter({"Com_commit": 1, "Com_select": 3, "Com_insert": 2, "Com_update": 1})
+    assert outcomes == [Decision("FAILED", "NOT_ADMITTED")] * 2 + [Decision("CONFIRMED")]
+    assert stocks(db, redis, voucher_id) == (2, 2)

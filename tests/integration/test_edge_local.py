@@ -420,7 +420,11 @@ def test_a_dot_segment_leaves_the_page_s_behavior_for_the_default_which_denies(
     try:
         answer.request("GET", target)
         response = answer.getresponse()
-        assert (response.status, response.getheader("x-seckill-edge"), response.read()) == (403, "1", results.fail(403, "FORBIDDEN", "not served through the edge").body.encode())
+        assert (response.status, response.getheader("x-seckill-edge"), response.read()) == (
+            403,
+            "1",
+            results.fail(403, "FORBIDDEN", "not served through the edge").body.encode(),
+        )
     finally:
         answer.close()
     assert upstream.seen == []

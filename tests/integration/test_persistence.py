@@ -24,7 +24,7 @@ from seckill.messages import OrderMessage
 from seckill.persist.persistence import Decision, Outcome, persist_orders
 from seckill.persist.poison import Failed, Poisoned, PoisonQueue, take_batch
 from seckill_demo.proxy import LossyProxy
-from tests.helpers import db_rows, new_user, wait_for
+from tests.helpers import db_rows, new_user, statements, wait_for
 from tests.outcomes import ROWS, Arena, Row, check_effects, check_poison_queue, check_taken, received, seen
 
 # --- the outcome table, one record at a time ------------------------------------------------------------
@@ -75,16 +75,6 @@ def stored(db: Database, *voucher_ids: int) -> tuple[list[dict[str, Any]], list[
         db, f"SELECT * FROM tb_voucher_order_rejection WHERE voucher_id IN ({marks}) ORDER BY order_id", *voucher_ids
     )
     return orders, rejections, [db_stock(db, v) for v in voucher_ids]
-
-
-def statements(db: Database) -> Counter[str]:
-    """MariaDB's own count of the statements this thread's connection has run."""
-    with db.connection().cursor() as cursor:
-        cursor.execute(
-            "SHOW SESSION STATUS WHERE Variable_name IN"
-            " ('Com_commit', 'Com_rollback', 'Com_select', 'Com_insert', 'Com_update')"
-        )
-        return Counter({row["Variable_name"]: int(row["Value"]) for row in cursor.fetchall()})
 
 
 def in_one_transaction(db: Database, redis: Any, scripts: Scripts, messages: list[OrderMessage]) -> list[Outcome]:
@@ -297,7 +287,7 @@ def test_a_batch_whose_connection_is_killed_runs_again_on_a_new_one(
         cursor.execute("SELECT stock FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
     outcomes = in_thread(lambda: persist_orders(Database(creds), redis, scripts, messages))
 
-    victim = running(creds, "SELECT voucher_id, stock, hold_seconds")
+    victim = running(creds, "SELECT sv.voucher_id, sv.stock, sv.hold_seconds")
     with connect(creds).cursor() as cursor:
         cursor.execute(f"KILL CONNECTION {victim}")
     holder.commit()

@@ -60,6 +60,13 @@ def test_each_fault_fails_its_own_check() -> None:
     ]
 
 
+def test_a_unit_given_back_for_an_order_not_admitted_counts_as_returned_once() -> None:
+    # A draw order failed NOT_ADMITTED gave its unit back too: the returned set holds it.
+    assert failed(outcome(returned=3, not_admitted=1)) == []
+    assert failed(outcome(returned=2, not_admitted=1)) == ["no unit returned twice"]
+    assert outcome(returned=3, not_admitted=1).resolved()
+
+
 def test_answers_that_disagree_with_mysql_fail() -> None:
     paid_then_expired = Holds(answers=[Answer(3, "pay", 200, "PAID")])
     assert failed(outcome(), paid_then_expired) == ["payments and cancels answered the truth"]

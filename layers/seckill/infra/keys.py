@@ -58,6 +58,11 @@ def gate_keys(voucher_id: int) -> tuple[str, ...]:
     return (*voucher_keys(voucher_id), cursor(voucher_id))
 
 
+def give_back_keys(voucher_id: int) -> list[str]:
+    """``lua/give_back.lua``'s keys: the stock, the returned set, the window."""
+    return [stock(voucher_id), returned(voucher_id), window(voucher_id)]
+
+
 def loaded() -> str:
     """Set whenever vouchers are loaded or rebuilt: its absence means Redis lost its data,
     so a voucher the gate cannot find may exist after all (answer 503, not 404)."""

@@ -20,11 +20,12 @@ from pymysql.cursors import DictCursor
 from redis.exceptions import NoScriptError
 
 from seckill import hints
+from seckill.draw.admission import NOT_ADMITTED, admitted_orders
 from seckill.hints import CONFIRMED, FAILED
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database, is_connection_error
-from seckill.infra.lua_scripts import Scripts
+from seckill.infra.lua_scripts import Script, Scripts
 from seckill.infra.timeutil import from_db, to_db
 from seckill.messages import OrderMessage
 
@@ -108,8 +109,10 @@ class _Found:
     stock: dict[int, int]  # voucher id -> stock, for the vouchers that exist
     hold: dict[int, int]  # voucher id -> hold_seconds
     now: datetime | None  # the database's clock (None when no voucher exists)
+    draws: set[int]  # the vouchers sold by draw
     stored: dict[int, _Stored]  # order id -> its decision
     holders: set[tuple[int, int]]  # (user id, voucher id) of the orders stored
+    admitted: set[int] = field(default_factory=set)  # order ids on a draw whose user was admitted
 
 
 @dataclass
@@ -136,9 +139,13 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
     # The vouchers' rows are locked first, in one order for every batch (no deadlock
     # between batches), as reconciliation does before it fails an order that never
     # reached the queue: the two never decide one order twice.
+    # Whether a voucher is a draw comes with it: a race's batch reads nothing more. The
+    # subquery takes no lock (a locking read locks the outer statement's rows only), so
+    # the draw clock and the entries never wait for the persister on tb_draw.
     cursor.execute(
-        "SELECT voucher_id, stock, hold_seconds, NOW(3) AS now FROM tb_seckill_voucher"
-        f" WHERE voucher_id IN ({_placeholders(voucher_ids)}) ORDER BY voucher_id FOR UPDATE",
+        "SELECT sv.voucher_id, sv.stock, sv.hold_seconds, NOW(3) AS now,"
+        " EXISTS (SELECT 1 FROM tb_draw d WHERE d.voucher_id = sv.voucher_id) AS draw FROM tb_seckill_voucher sv"
+        f" WHERE sv.voucher_id IN ({_placeholders(voucher_ids)}) ORDER BY sv.voucher_id FOR UPDATE",
         voucher_ids,
     )
     rows = cursor.fetchall()
@@ -146,6 +153,7 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
         {int(row["voucher_id"]): int(row["stock"]) for row in rows},
         {int(row["voucher_id"]): int(row["hold_seconds"]) for row in rows},
         rows[0]["now"] if rows else None,
+        {int(row["voucher_id"]) for row in rows if row["draw"]},
         {},
         set(),
     )
@@ -167,6 +175,10 @@ def _read(cursor: DictCursor, messages: Sequence[OrderMessage]) -> _Found:
             found.holders.add(user_voucher)
         elif row["kind"] == "rejection" or int(row["order_id"]) not in found.stored:  # a rejection is final
             found.stored[int(row["order_id"])] = _Stored(*user_voucher, row["reason"], _unpaid_until(row))
+    # A redelivery keeps its decision: only the draw's orders not decided yet are re-checked.
+    found.admitted = admitted_orders(
+        cursor, [m for m in messages if m.voucher_id in found.draws and m.order_id not in found.stored]
+    )
     return found
 
 
@@ -178,8 +190,9 @@ def _unpaid_until(row: dict[str, Any]) -> datetime | None:
 
 def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
     """Each order in message order, as if each had its own transaction: an order id
-    already decided keeps its decision; otherwise the voucher must exist, the user
-    must hold no order of it, and stock must be left."""
+    already decided keeps its decision; otherwise the voucher must exist, a draw's
+    user must have been admitted at the order's acceptance (checked before the rest,
+    as the gate does), the user must hold no order of it, and stock must be left."""
     stock, stored, holders = dict(found.stock), dict(found.stored), set(found.holders)
     decided = _Decided([], [], [])
     for m in messages:
@@ -193,6 +206,8 @@ def _judge(messages: Sequence[OrderMessage], found: _Found) -> _Decided:
             continue
         if m.voucher_id not in stock:
             reason: str | None = "VOUCHER_NOT_FOUND"
+        elif m.voucher_id in found.draws and m.order_id not in found.admitted:
+            reason = NOT_ADMITTED  # a pass with a ticket its user does not hold
         elif (m.user_id, m.voucher_id) in holders:
             reason = "DUPLICATE_ORDER"  # the user holds another order of this voucher
         elif stock[m.voucher_id] <= 0:
@@ -239,28 +254,39 @@ def _write(cursor: DictCursor, decided: _Decided) -> None:
 
 
 def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[OrderMessage, Decision]]) -> None:
-    """Clear the decided orders' pending marks (one script call per voucher) and make
-    their status hints final, in one pipeline. The database already holds the truth:
-    if Redis fails, reconciliation clears stale marks, and the status route asks MySQL
-    while a hint is not final."""
+    """Clear the decided orders' pending marks (one script call per voucher), give back
+    the unit of each order failed ``NOT_ADMITTED``, and make their status hints final,
+    in one pipeline. The database already holds the truth: if Redis fails,
+    reconciliation clears stale marks and gives back the units Redis missed, and the
+    status route asks MySQL while a hint is not final."""
     if not decided:
         return
     settles: dict[int, list[int]] = {}
     for m, _ in decided:
         settles.setdefault(m.voucher_id, []).extend((m.user_id, m.order_id))
+    calls: list[tuple[Script, list[str], list[int]]] = [
+        (scripts.settle, [keys.pending(voucher_id)], args) for voucher_id, args in settles.items()
+    ]
+    # The gate took a unit for an order MySQL never counted: back on sale, once per order
+    # (lua/give_back.lua), so a redelivery or a replay may run it again and adds nothing.
+    calls += [
+        (scripts.give_back, keys.give_back_keys(m.voucher_id), [m.order_id])
+        for m, decision in decided
+        if decision.reason == NOT_ADMITTED
+    ]
     pipe = redis.pipeline(transaction=False)
-    for voucher_id, args in settles.items():
+    for script, script_keys, args in calls:
         # Queued as a plain command: redis-py's cluster pipeline refuses its evalsha()
         # method, though EVALSHA routes by its key like any other command.
-        pipe.execute_command("EVALSHA", scripts.settle.sha, 1, keys.pending(voucher_id), *args)
+        pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
     for m, decision in decided:
         if decision.changed:  # a redelivery's acceptedAt may differ from the stored one
             hints.finalize(pipe, m, decision.status, decision.reason)
     try:
         results = pipe.execute(raise_on_error=False)
-        for (voucher_id, args), result in zip(settles.items(), results, strict=False):
+        for (script, script_keys, args), result in zip(calls, results, strict=False):
             if isinstance(result, NoScriptError):  # Redis restarted or failed over: load it again
-                scripts.settle(keys=[keys.pending(voucher_id)], args=args)
+                script(keys=script_keys, args=args)
     except Exception:  # the cluster client raises its own errors besides RedisError
         log.warning("could not update Redis for %d decided orders", len(decided), exc_info=True)
         return
@@ -272,12 +298,19 @@ def _write_back(redis: RedisClient, scripts: Scripts, decided: Sequence[tuple[Or
 def fail_unqueued(db: Database, m: OrderMessage) -> bool:
     """Decide, as FAILED ``NOT_QUEUED``, an order whose client was never told 202 and
     that never reached MySQL, so that a copy still on its way can never confirm it.
-    False when MySQL holds the order already (it was queued after all)."""
+    True when it is failed, so the caller releases its unit. False when MySQL holds
+    the order already (it was queued after all), or when the persister failed it
+    ``NOT_ADMITTED``: the persister gives that unit back itself, and a release would
+    return it twice."""
 
     def fail(cursor: DictCursor) -> bool:
         cursor.execute("SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = %s FOR UPDATE", (m.voucher_id,))
-        cursor.execute("SELECT 1 FROM tb_voucher_order WHERE id = %s", (m.order_id,))
-        if cursor.fetchone() is not None:
+        cursor.execute(
+            "SELECT 1 FROM tb_voucher_order WHERE id = %s"
+            " UNION ALL SELECT 1 FROM tb_voucher_order_rejection WHERE order_id = %s AND reason = %s",
+            (m.order_id, m.order_id, NOT_ADMITTED),
+        )
+        if cursor.fetchall():
             return False
         cursor.execute(
             "INSERT IGNORE INTO tb_voucher_order_rejection (order_id, user_id, voucher_id, reason)"

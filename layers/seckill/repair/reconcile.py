@@ -15,8 +15,9 @@ Safe at any time, alongside live traffic, and any number of times in a row:
 3. every hold past its deadline is expired, by ``seckill.holds.expire`` as the
    expiry function would: a lost or dead-lettered expiry (or an order stored
    with no ``pay_by``) keeps a unit off sale one pass at most;
-4. every closed order whose unit never reached Redis (a give-back that failed
-   after MySQL committed) is given back, whatever is on OrderQueue;
+4. every closed order (and every draw order failed ``NOT_ADMITTED``) whose unit
+   never reached Redis (a give-back that failed after MySQL committed) is given
+   back, whatever is on OrderQueue;
 5. once the queue is drained, Redis stock and buyers are compared with MySQL
    and, where they differ, repaired (``lua/restore.lua``).
 
@@ -39,6 +40,7 @@ from typing import Any
 from pymysql.cursors import DictCursor
 
 from seckill import holds
+from seckill.draw.admission import NOT_ADMITTED
 from seckill.holds import CLOSED_STATUS, Expiry
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
@@ -156,15 +158,18 @@ def resolve_pending(
 
 
 def give_back_missed(db: Database, scripts: Scripts, voucher_id: int) -> list[str]:
-    """Give back the units of the voucher's closed orders that Redis never got; the order
-    ids given back now. Called once a check found some (``Restored.returns_recorded``):
-    ``give_back`` skips, atomically, every order whose unit is back already."""
+    """Give back the units of the voucher's closed orders, and of its orders failed
+    ``NOT_ADMITTED``, that Redis never got; the order ids given back now. Called once a
+    check found some (``Restored.returns_recorded``): ``give_back`` skips, atomically,
+    every order whose unit is back already."""
 
     def read(cursor: DictCursor) -> list[int]:
         cursor.execute(
-            "SELECT id FROM tb_voucher_order WHERE voucher_id = %s AND status = %s", (voucher_id, CLOSED_STATUS)
+            "SELECT id AS order_id FROM tb_voucher_order WHERE voucher_id = %s AND status = %s"
+            " UNION ALL SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s AND reason = %s",
+            (voucher_id, CLOSED_STATUS, voucher_id, NOT_ADMITTED),
         )
-        return [int(r["id"]) for r in cursor.fetchall()]
+        return [int(r["order_id"]) for r in cursor.fetchall()]
 
     return [str(o) for o in db.run(read, read_only=True) if holds.give_back(scripts, voucher_id, o) == 1]
 

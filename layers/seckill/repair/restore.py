@@ -15,6 +15,7 @@ from typing import Literal
 
 from pymysql.cursors import DictCursor
 
+from seckill.draw.admission import NOT_ADMITTED
 from seckill.draw.entries import read_draw, recorded_moves
 from seckill.draw.moves import decided_until
 from seckill.holds import CLOSED_STATUS
@@ -83,6 +84,7 @@ def restore(
     take the same lock first), between what MySQL says and what Redis is told. A
     unit returned in MySQL whose give_back is still on its way is counted by the
     stock read here, and its order id joins the returned set: that give_back adds nothing.
+    The same holds for the unit of an order failed ``NOT_ADMITTED``.
     """
 
     def align(cursor: DictCursor) -> Restored | None:
@@ -101,11 +103,19 @@ def restore(
         # Every order whatever its status: its user may not buy the voucher again.
         cursor.execute("SELECT id, user_id, status FROM tb_voucher_order WHERE voucher_id = %s", (voucher_id,))
         orders = cursor.fetchall()
-        cursor.execute("SELECT order_id FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,))
+        cursor.execute(
+            "SELECT order_id, user_id, reason FROM tb_voucher_order_rejection WHERE voucher_id = %s", (voucher_id,)
+        )
         rejected = cursor.fetchall()
+        # An order failed NOT_ADMITTED is counted as a closed hold is: its user keeps its
+        # place among the buyers, and its unit (which MySQL never took) joins the returned
+        # set, so the persister's give-back still on its way adds nothing.
+        not_admitted = [r for r in rejected if r["reason"] == NOT_ADMITTED]
         # Ids travel as JSON strings: Lua numbers are doubles and would round 64-bit order ids.
         decided = [str(r["id"]) for r in orders] + [str(r["order_id"]) for r in rejected]
         closed = [str(r["id"]) for r in orders if int(r["status"]) == CLOSED_STATUS]
+        returned = closed + [str(r["order_id"]) for r in not_admitted]
+        buyers = [str(r["user_id"]) for r in [*orders, *not_admitted]]
         applied, old, expected, added, removed, returns = scripts.restore(
             keys=[*keys.voucher_keys(voucher_id), keys.returned(voucher_id), keys.cursor(voucher_id)],
             args=[
@@ -113,10 +123,10 @@ def restore(
                 int(row["stock"]),
                 begin_ms,
                 end_ms,
-                json.dumps([str(r["user_id"]) for r in orders]),
+                json.dumps(buyers),
                 json.dumps(decided),
                 json.dumps([[str(m.user_id), str(m.order_id), str(to_ms(m.accepted_at))] for m in dead_letters]),
-                json.dumps(closed),
+                json.dumps(returned),
                 _draw_fields(cursor, voucher_id),
             ],
         )
