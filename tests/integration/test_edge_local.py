@@ -30,9 +30,9 @@ from seckill.edge import passkeys
 from seckill.edge.state import EdgeState
 from seckill.infra import results
 from seckill.press.gate import NO_PASS, NOT_ADMITTED, REFUSALS, SOLD_OUT
+from seckill_demo.forged import forged_passes
 from seckill_local.edge import KVS_ARN, EdgeServer, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
-from tests.helpers import forged_passes
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
 
