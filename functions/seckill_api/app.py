@@ -10,6 +10,7 @@ returns refusals as values: why, and what that buys, in docs/architecture.md
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -40,7 +41,7 @@ from seckill.origin import AroundTheEdge, OriginCheck
 from seckill.press import orders
 from seckill.press.gate import Gate
 from seckill.press.tally import Tally
-from seckill.tokens import token_from_header
+from seckill.tokens import token_from_header, user_of
 
 logger = Logger()
 log_context = LogContext(logger, correlation_id=lambda event: event.get("requestContext", {}).get("requestId"))
@@ -67,15 +68,6 @@ records = entries.Records(db, max_age=0 if origin.edge else entries.RECORD_MAX_A
 warmup.prepare(warmup.Connections(redis, db, [sqs]))
 
 PRESS = "POST /voucher-order/seckill/{voucherId}"
-
-
-def user_of(event: dict[str, Any]) -> int:
-    """The user id the authorizer put in the request context; nothing else is trusted."""
-    context = event.get("requestContext", {}).get("authorizer") or {}
-    user_id = (context.get("lambda") or {}).get("userId")
-    if user_id is None:
-        raise Unauthorized("login required")
-    return parse_id(user_id, "userId")
 
 
 def place(event: dict[str, Any]) -> int | Refusal:
@@ -389,17 +381,12 @@ def get_draw(voucherId: openapi.IdText) -> Response[str]:
 def add_seckill_voucher() -> Response[str]:
     require_iam()
     voucher = vouchers.parse_voucher(request_body(), vouchers.SeckillVoucherIn, settings.timezone)
-    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher, start_clock)
+    voucher_id = vouchers.create_seckill_voucher(db, redis, voucher, functools.partial(moves.start, clock))
     # Its window, for the edge to refuse presses before it opens; a creation whose
     # preload is still provisional is not on sale, and the reconciler's sweep sends it.
     edge.notice(scripts, voucher_id)
     logger.info("seckill voucher created", extra={"voucherId": voucher_id})
     return results.ok(voucher_id, status=201)
-
-
-def start_clock(voucher_id: int, close_ms: int) -> None:
-    """A draw's clock, started inside its creation's transaction."""
-    moves.start(clock, voucher_id, close_ms)
 
 
 @app.post(

@@ -63,6 +63,9 @@ def migrate(creds: Credentials) -> list[str]:
                 # The draws entered before the count was kept get it once, when its table
                 # arrives (as pay_by below): from then on each entry counts itself.
                 cursor.execute(entrants.RECOUNT)
+            if "tb_draw_late" not in existing and "tb_draw" in existing:
+                # Likewise the late count, from the draw's row where it was kept before.
+                cursor.execute(entrants.RELATE)
             added = _add_columns(cursor, creds.database)
             if ("tb_voucher_order", "pay_by") in added:
                 # Orders confirmed before holds existed get their deadline once, when the

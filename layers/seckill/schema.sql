@@ -72,7 +72,6 @@ CREATE TABLE IF NOT EXISTS tb_draw (
   wave_seconds  INT             NOT NULL,
   admit_rate    INT             NULL     COMMENT 'the most entrants newly admitted in a second, NULL for no limit',
   close_time    DATETIME(3)     NOT NULL COMMENT 'the draw closes (UTC): begin_time - close_seconds',
-  late_count    INT             NOT NULL DEFAULT 0 COMMENT 'entries after the close so far',
   clock_at      BIGINT          NULL     COMMENT 'the at (epoch ms) the clock moves next, NULL once done',
   create_time   DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (voucher_id)
@@ -87,6 +86,14 @@ CREATE TABLE IF NOT EXISTS tb_draw_entry (
   create_time  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (voucher_id, user_id),
   KEY idx_ticket (voucher_id, ticket)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- A draw's late entrants' sequence (seckill.draw.entrants): a late entry numbers itself
+-- here, not under a lock on the draw's row, which the clock's moves take.
+CREATE TABLE IF NOT EXISTS tb_draw_late (
+  voucher_id   BIGINT UNSIGNED NOT NULL,
+  late_count   INT             NOT NULL COMMENT 'entries after the close so far',
+  PRIMARY KEY (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 -- A draw's entrants, counted as they enter (seckill.draw.entrants): the public record

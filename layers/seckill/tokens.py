@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from redis.exceptions import ResponseError
 
-from seckill.ids import MAX_ID
+from seckill.ids import MAX_ID, parse_id
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
+from seckill.infra.errors import Unauthorized
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 
@@ -59,3 +61,12 @@ def store_tokens(redis: RedisClient, tokens: dict[int, str], ttl_seconds: int) -
             if len(pipe) >= 1000:
                 pipe.execute()
         pipe.execute()
+
+
+def user_of(event: dict[str, Any]) -> int:
+    """The user id the authorizer put in a request's context; nothing else is trusted."""
+    context = event.get("requestContext", {}).get("authorizer") or {}
+    user_id = (context.get("lambda") or {}).get("userId")
+    if user_id is None:
+        raise Unauthorized("login required")
+    return parse_id(user_id, "userId")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 from seckill import passes
 from seckill.draw import entries, moves
 from seckill.draw.moves import ClockMessage, ClockQueue, Tick
-from seckill.draw.tickets import early_ticket, late_ticket
+from seckill.draw.tickets import ahead, early_ticket, late_ticket
 from seckill.edge.state import EdgeState
 from seckill.holds import expire
 from seckill.infra import keys
@@ -255,7 +257,10 @@ def test_an_entry_before_the_close_gets_the_seeds_ticket_and_the_same_again(
     [stored] = db_rows(db, "SELECT ticket, late FROM tb_draw_entry WHERE voucher_id = %s", voucher_id)
     assert (stored["ticket"], stored["late"]) == (first["ticket"], 0)
     status = body(call(enter_event(voucher_id, user, "GET")))["data"]
-    assert status == {"ticket": first["ticket"], "late": False, "admitted": False, "ahead": 0, "chance": "waiting"}
+    # ahead: the share of the one entrant below the ticket, estimated (no cursor yet).
+    estimate = ahead(first["ticket"], None, early=1, late=0)
+    expected = {"ticket": first["ticket"], "late": False, "admitted": False, "ahead": estimate, "chance": "waiting"}
+    assert status == expected
 
 
 def test_entries_after_the_close_queue_behind_in_order_of_entry(
@@ -271,6 +276,36 @@ def test_entries_after_the_close_queue_behind_in_order_of_entry(
     assert early["ticket"] < tickets[0]["ticket"]
     record = body(call(draw_event(voucher_id)))["data"]
     assert (record["entrants"], record["lateEntrants"]) == (4, 3)
+
+
+def test_late_entries_number_themselves_in_order_while_the_clock_holds_the_draw_row(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], settings: Any
+) -> None:
+    voucher_id = draws()
+    shift(db, redis, voucher_id, 21)  # closed a second ago
+    users = [new_user() for _ in range(12)]
+    ticks = Database.from_settings(settings)  # another connection: the clock's
+    held, release = threading.Event(), threading.Event()
+
+    def tick_holding_the_row(cursor: Any) -> None:
+        cursor.execute("SELECT 1 FROM tb_draw WHERE voucher_id = %s FOR UPDATE", (voucher_id,))
+        held.set()
+        release.wait(30)
+
+    clock_thread = threading.Thread(target=lambda: ticks.run(tick_holding_the_row))
+    clock_thread.start()
+    try:
+        assert held.wait(10)
+        # Twelve users at once, each twice: every entry made while the row stays locked.
+        with ThreadPoolExecutor(8) as pool:
+            tickets = list(pool.map(lambda u: enter(call, voucher_id, u)["ticket"], users + users))
+    finally:
+        release.set()
+        clock_thread.join()
+    assert tickets[:12] == tickets[12:]  # the same user, the same ticket
+    assert sorted(tickets[:12]) == [late_ticket(n) for n in range(1, 13)]  # 1 to 12, no gap, none twice
+    record = body(call(draw_event(voucher_id)))["data"]
+    assert (record["entrants"], record["lateEntrants"]) == (12, 12)
 
 
 def test_no_entry_once_the_sale_is_stopped_and_the_seed_is_then_revealed(
@@ -453,7 +488,8 @@ def test_not_admitted_before_the_opening_and_after_a_sell_out_admitted_then_sold
     expect_refusal(press(ranked[0]), 409, "SOLD_OUT")  # admitted, too late
     expect_refusal(press(ranked[3]), 409, "NOT_ADMITTED")  # not admitted, after the sell-out
     status = body(call(enter_event(voucher_id, ranked[3], "GET")))["data"]
-    assert (status["admitted"], status["ahead"], status["chance"]) == (False, 1, "waiting")
+    estimate = ahead(entries[ranked[3]]["ticket"], entries[ranked[2]]["ticket"], early=4, late=0)
+    assert (status["admitted"], status["ahead"], status["chance"]) == (False, estimate, "waiting")
 
 
 # --- the clock ---------------------------------------------------------------------------------
@@ -696,7 +732,8 @@ def test_after_the_close_no_move_admits_nobody_and_a_press_wakes_the_clock(
     for user in (early, late):  # an early entrant and a late one alike
         expect_refusal(call(press_event(voucher_id, user, entries[user]["pass"])), 409, "NOT_ADMITTED")
     # The first press woke the clock, once for both (at most one message a second).
-    assert clock_messages(sqs, session_queues) == [{"voucherId": voucher_id, "at": close_at}]
+    woken = [m for m in clock_messages(sqs, session_queues) if m["voucherId"] == voucher_id]
+    assert woken == [{"voucherId": voucher_id, "at": close_at}]
     event = load_event("draw_clock.json")
     event["Records"][0]["body"] = ClockMessage(voucher_id, close_at).to_json()
     assert handlers["DrawClockFunction"](event, context) == {"batchItemFailures": []}
@@ -749,8 +786,9 @@ def test_a_failed_tick_comes_back_within_seconds_not_after_the_visibility_timeou
 
 
 def retried(sqs: Any, url: str, handler: Handler, context: Any, message: ClockMessage) -> None:
-    sqs.send_message(QueueUrl=url, MessageBody=message.to_json())
-    [received] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"], WaitTimeSeconds=2)["Messages"]
+    drain(sqs, url)  # other tests' messages
+    sent = sqs.send_message(QueueUrl=url, MessageBody=message.to_json())["MessageId"]
+    received = receive(sqs, url, sent, 2)
     record = {
         "messageId": received["MessageId"],
         "receiptHandle": received["ReceiptHandle"],
@@ -763,9 +801,19 @@ def retried(sqs: Any, url: str, handler: Handler, context: Any, message: ClockMe
     answer = handler({"Records": [record]}, context)
     assert answer == {"batchItemFailures": [{"itemIdentifier": received["MessageId"]}]}
     # Back after about a second (its first failure), where the queue's timeout is 180 s.
-    again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
-    assert [m["MessageId"] for m in again] == [received["MessageId"]]
-    sqs.delete_message(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"])
+    again = receive(sqs, url, sent, 5)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+
+
+def receive(sqs: Any, url: str, message_id: str, seconds: float) -> dict[str, Any]:
+    """That message, received within ``seconds`` (others' messages passed over)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for message in sqs.receive_message(QueueUrl=url, AttributeNames=["All"], MaxNumberOfMessages=10,
+                                           WaitTimeSeconds=1).get("Messages", []):  # fmt: skip
+            if message["MessageId"] == message_id:
+                return dict(message)
+    raise AssertionError(f"message {message_id} not received within {seconds} s")
 
 
 def test_a_draw_is_created_with_two_clock_messages_or_not_at_all(
@@ -871,3 +919,26 @@ def test_waves_due_during_a_paced_move_are_not_made_and_resume_after_its_last_st
     recover(db, redis, sqs, queues)
     assert cursor_in_redis(redis, voucher_id) == before
     assert len(before) == 10
+
+
+def test_ahead_is_estimated_from_the_tickets_without_reading_the_entries(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue
+) -> None:
+    voucher_id = draws(stock=10, admitFactor=2)
+    users = [new_user() for _ in range(200)]
+    tickets = {u: enter(call, voucher_id, u)["ticket"] for u in users}
+    shift(db, redis, voucher_id, 21)
+    late_user = new_user()
+    tickets[late_user] = enter(call, voucher_id, late_user)["ticket"]
+    assert decide(db, redis, clock, voucher_id).admitted == 20
+    ranked = sorted(users, key=tickets.__getitem__)
+    asked = (ranked[60], ranked[150], late_user)
+    estimates = {u: body(call(enter_event(voucher_id, u, "GET")))["data"]["ahead"] for u in asked}
+    for user in asked:
+        exact = sum(1 for t in tickets.values() if tickets[ranked[20]] <= t < tickets[user])
+        # Uniform tickets: the estimate is within a few standard deviations of the count.
+        assert abs(estimates[user] - exact) <= 4 * exact**0.5 + 2, (user, estimates[user], exact)
+    # Every other entry gone: the same estimates, read from the kept counts alone.
+    others = "DELETE FROM tb_draw_entry WHERE voucher_id = %s AND user_id NOT IN (%s, %s, %s)"
+    db.run(lambda cursor: cursor.execute(others, (voucher_id, *asked)))
+    assert {u: body(call(enter_event(voucher_id, u, "GET")))["data"]["ahead"] for u in asked} == estimates

@@ -24,6 +24,7 @@ TABLES = {
     "tb_draw",
     "tb_draw_entry",
     "tb_draw_entrants",
+    "tb_draw_late",
     "tb_draw_move",
     "tb_order_counter_floor",
 }
@@ -290,3 +291,24 @@ def test_a_database_from_before_the_kept_count_gets_each_draws_count_once(fresh:
     query(fresh, f"INSERT INTO {db}.tb_draw_entry (voucher_id, user_id, ticket, late) VALUES {late}")
     assert migrate(fresh) == []
     assert [(r["voucher_id"], int(r["n"])) for r in query(fresh, counts)] == [(7, len(users[7])), (8, len(users[8]))]
+
+
+def test_a_database_from_before_the_late_sequence_keeps_each_draws_late_count(fresh: Credentials) -> None:
+    assert migrate(fresh) == []
+    db = f"`{fresh.database}`"
+    # As it was: the late count on the draw's row, no table of its own.
+    query(fresh, f"DROP TABLE {db}.tb_draw_late")
+    query(fresh, f"ALTER TABLE {db}.tb_draw ADD COLUMN late_count INT NOT NULL DEFAULT 0")
+    for voucher_id, late in ((7, 4), (8, 0)):
+        query(
+            fresh,
+            f"INSERT INTO {db}.tb_draw (voucher_id, seed, commitment, admit_factor, close_seconds, wave_seconds,"
+            f" close_time, late_count) VALUES ({voucher_id}, REPEAT('a', 32), REPEAT('b', 64), 2, 60, 10,"
+            f" '2030-01-01 00:00:00', {late})",
+        )
+    assert migrate(fresh) == []
+    lates = f"SELECT voucher_id, late_count FROM {db}.tb_draw_late ORDER BY voucher_id"
+    assert [(r["voucher_id"], r["late_count"]) for r in query(fresh, lates)] == [(7, 4), (8, 0)]
+    # The next late entry of voucher 7 is the fifth.
+    assert migrate(fresh) == []
+    assert [(r["voucher_id"], r["late_count"]) for r in query(fresh, lates)] == [(7, 4), (8, 0)]

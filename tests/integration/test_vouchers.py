@@ -252,6 +252,7 @@ def test_create_ordinary_voucher_touches_no_redis(db: Database, redis: Any) -> N
 
 FIELDS = {
     "admission",
+    "admitRate",
     "closesAt",
     "id",
     "shopId",
@@ -303,6 +304,7 @@ def test_list_vouchers_of_a_shop(
         "holdSeconds": 900,
         "admission": "race",
         "closesAt": None,
+        "admitRate": None,
     }
     assert (ordinary["type"], ordinary["stock"], ordinary["beginTime"], ordinary["endTime"]) == (0, None, None, None)
     assert (ordinary["holdSeconds"], ordinary["admission"], ordinary["closesAt"]) == (None, None, None)

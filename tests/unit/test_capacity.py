@@ -152,13 +152,13 @@ def test_the_prices_sum_and_price_each_layer_by_hand() -> None:
     edge_lines = {(c.layer, c.item): c.dollars for c in with_edge.costs}
     assert edge_lines["CloudFront", "HTTPS requests"] == pytest.approx(3_000 / 10_000 * 0.01)
     assert edge_lines["WAF", "requests inspected"] == pytest.approx(3_000 / 1e6 * 0.60)
-    # A month: 3 secrets (4 with the edge's origin secret) and the 7 alarms; the web ACL and its 4 rules.
-    assert sum(c.dollars for c in without.monthly) == pytest.approx(3 * 0.40 + 7 * 0.10)
-    assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(4 * 0.40 + 7 * 0.10 + 5 + 4 * 1)
+    # A month: 3 secrets (5 with the edge's two) and the 9 alarms; the web ACL and its 4 rules.
+    assert sum(c.dollars for c in without.monthly) == pytest.approx(3 * 0.40 + 9 * 0.10)
+    assert sum(c.dollars for c in with_edge.monthly) == pytest.approx(5 * 0.40 + 9 * 0.10 + 5 + 4 * 1)
     # Bot Control: its subscription, two more rules (its group, the CAPTCHA), its fee on every
     # request, and a CAPTCHA attempt for a tenth of the users.
     bot = model(replace(SMALL, bot_control=True), edge=True)
-    assert sum(c.dollars for c in bot.monthly) == pytest.approx(4 * 0.40 + 7 * 0.10 + 5 + 6 * 1 + 10)
+    assert sum(c.dollars for c in bot.monthly) == pytest.approx(5 * 0.40 + 9 * 0.10 + 5 + 6 * 1 + 10)
     assert bot.total_dollars - with_edge.total_dollars == pytest.approx(3_000 / 1e6 * 1.00 + 100 / 1_000 * 0.40)
 
 
@@ -636,7 +636,7 @@ def test_the_deployed_secrets_and_alarms_are_the_priced_ones() -> None:
     ]
     always = [r for r in secrets if r.get("Condition") != "HasEdge"]
     assert ASSUMPTIONS["secrets"].value == len(always) + len(managed)
-    assert len(secrets) - len(always) == 1  # the edge's origin secret
+    assert len(secrets) - len(always) == ASSUMPTIONS["edge_secrets"].value
     alarms = [r for r in resources if r["Type"] == "AWS::CloudWatch::Alarm"]
     assert ASSUMPTIONS["alarms"].value == len(alarms)
 

@@ -2,10 +2,11 @@
 
 An entry before the close gets the seed's ticket, one after it the next late
 sequence number. Both decide "before the close" by the database's clock, as the
-clock's first move does (``seckill.draw.moves``), and under a lock on the draw's
-row: an entry before the close holds it shared, so the first move (which takes it
-exclusively once the close has passed) counts every entry made before it; a late
-entry takes it exclusively, to number itself.
+clock's first move does (``seckill.draw.moves``). An entry before the close holds
+the draw's row shared, so the first move (which takes it exclusively once the close
+has passed) counts every entry made before it; a late entry takes no lock on it: it
+numbers itself by a sequence of its own (``entrants.next_late``), so a surge of late
+entries never holds up the clock.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pymysql
 from pymysql.cursors import DictCursor
 
 from seckill import passes
 from seckill.draw import entrants
-from seckill.draw.tickets import admitted, early_ticket, late_ticket
+from seckill.draw.tickets import admitted, ahead, early_ticket, late_ticket
 from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
@@ -80,8 +82,9 @@ def read_draw(cursor: DictCursor, voucher_id: int, lock: Lock = "") -> Draw | No
         cursor.execute(f"SELECT 1 FROM tb_draw WHERE voucher_id = %s{lock}", (voucher_id,))
     cursor.execute(
         "SELECT sv.begin_time, sv.end_time, v.status, d.seed, d.commitment, d.admit_factor, d.wave_seconds,"
-        " d.admit_rate, d.close_time, d.late_count, d.clock_at, UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv"
-        " JOIN tb_voucher v ON v.id = sv.voucher_id LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id"
+        " d.admit_rate, d.close_time, COALESCE(l.late_count, 0) AS late_count, d.clock_at,"
+        " UTC_TIMESTAMP(3) AS now FROM tb_seckill_voucher sv JOIN tb_voucher v ON v.id = sv.voucher_id"
+        " LEFT JOIN tb_draw d ON d.voucher_id = sv.voucher_id LEFT JOIN tb_draw_late l ON l.voucher_id = sv.voucher_id"
         " WHERE sv.voucher_id = %s",
         (voucher_id,),
     )
@@ -140,12 +143,16 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
     ``NotADraw`` for a race, ``NotFound`` for no such voucher."""
 
     def early(cursor: DictCursor) -> Entry | None:
-        """Under the shared lock: the entry, made now if the close has not passed; None once it has."""
+        """Under the shared lock: the entry, made now if the close has not passed; None once
+        it has (past the close, without waiting on the draw's row: the clock may hold it)."""
+        peek = read_draw(cursor, voucher_id)
+        if peek is not None and peek.now_ms >= peek.close_ms:
+            return None  # numbered by ``late``
         draw, known = _open(cursor, voucher_id, user_id, " LOCK IN SHARE MODE")
         if known is not None:
             return known
         if draw.now_ms >= draw.close_ms:
-            return None  # numbered under the exclusive lock, by ``late``
+            return None  # numbered by ``late``
         ticket = early_ticket(draw.seed, voucher_id, user_id)
         # IGNORE: the same user entering twice at once gets the same ticket either way,
         # and only the one whose row went in counts it.
@@ -158,12 +165,12 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
         return Entry(ticket, False, draw.end_ms // 1000)
 
     def late(cursor: DictCursor) -> Entry:
-        """Under the exclusive lock, the close passed: the entry, numbered now if not made yet."""
-        draw, known = _open(cursor, voucher_id, user_id, " FOR UPDATE")
+        """The close passed: the entry, numbered now if not made yet, by the late sequence
+        (``entrants.next_late``), not under the draw's row lock, which the clock takes."""
+        draw, known = _open(cursor, voucher_id, user_id, "")
         if known is not None:
             return known
-        ticket = late_ticket(draw.late_count + 1)
-        cursor.execute("UPDATE tb_draw SET late_count = late_count + 1 WHERE voucher_id = %s", (voucher_id,))
+        ticket = late_ticket(entrants.next_late(cursor, voucher_id))
         cursor.execute(
             "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
             (voucher_id, user_id, ticket),
@@ -172,7 +179,14 @@ def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
         return Entry(ticket, True, draw.end_ms // 1000)
 
     entry = db.run(early)
-    return entry if entry is not None else db.run(late)
+    if entry is not None:
+        return entry
+    try:
+        return db.run(late)
+    except pymysql.err.IntegrityError:
+        # The same user's other request entered first: its entry stands, and this one's
+        # rollback gave its number back, so late numbers have no gap.
+        return db.run(late)
 
 
 def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id: int, token: str) -> dict[str, Any]:
@@ -199,8 +213,9 @@ def in_effect(history: list[tuple[int, str]], now_ms: int) -> str | None:
 
 
 def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> dict[str, Any]:
-    """The user's entry and chance: ``ahead`` is how many entrants not yet admitted hold
-    a smaller ticket (an estimate: those who never press let later ones in); ``chance``
+    """The user's entry and chance: ``ahead`` is about how many entrants not yet admitted
+    hold a smaller ticket (``tickets.ahead``: an estimate, and those who never press let
+    later ones in); ``chance``
     is ``over`` once the window is over, or sold out with no hold outstanding."""
 
     def read(cursor: DictCursor) -> tuple[Draw, tuple[str, bool], str | None, int, bool]:
@@ -209,25 +224,23 @@ def look_up(db: Database, redis: RedisClient, voucher_id: int, user_id: int) -> 
         if draw is None or known is None:
             raise NotFound("no entry for this user", code="ENTRY_NOT_FOUND")
         current = in_effect(recorded_moves(cursor, voucher_id), draw.now_ms)
-        cursor.execute(
-            "SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s AND ticket < %s",
-            (voucher_id, current or "", known[0]),
-        )
-        ahead = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+        # From the tickets' arithmetic and the kept count: no scan of the entries.
+        early = entrants.total(cursor, voucher_id) - draw.late_count
+        waiting = ahead(known[0], current, early, draw.late_count)
         cursor.execute(
             "SELECT stock = 0 AND NOT EXISTS (SELECT 1 FROM tb_voucher_order WHERE voucher_id = %s AND status = 1)"
             " AS gone FROM tb_seckill_voucher WHERE voucher_id = %s",
             (voucher_id, voucher_id),
         )
-        return draw, known, current, ahead, bool(cursor.fetchone()["gone"])  # type: ignore[index]
+        return draw, known, current, waiting, bool(cursor.fetchone()["gone"])  # type: ignore[index]
 
-    draw, (ticket, late), current, ahead, stored_out = db.run(read, read_only=True)
+    draw, (ticket, late), current, waiting, stored_out = db.run(read, read_only=True)
     yes = admitted(ticket, current)
     # Sold out with no hold outstanding: MySQL sold every unit and none is payable, and
     # Redis has no unit on sale nor an order on its way to MySQL.
     sold_out = stored_out and redis.get(keys.stock(voucher_id)) in ("0", None) and not _pending(redis, voucher_id)
     chance = "over" if draw.over or sold_out else "admitted" if yes else "waiting"
-    return {"ticket": ticket, "late": late, "admitted": yes, "ahead": 0 if yes else ahead, "chance": chance}
+    return {"ticket": ticket, "late": late, "admitted": yes, "ahead": waiting, "chance": chance}
 
 
 def _pending(redis: RedisClient, voucher_id: int) -> bool:

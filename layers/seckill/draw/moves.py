@@ -26,6 +26,7 @@ from typing import Any
 
 from pymysql.cursors import DictCursor
 
+from seckill.draw import entrants
 from seckill.draw.entries import Draw, read_draw, recorded_moves
 from seckill.draw.tickets import move_size, next_cursor, step_sizes
 from seckill.infra import keys
@@ -210,8 +211,10 @@ def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool
     v = draw.voucher_id
     history = recorded_moves(cursor, v)
     current = history[-1][1] if history else ""
-    cursor.execute("SELECT COUNT(*) AS n FROM tb_draw_entry WHERE voucher_id = %s AND ticket >= %s", (v, current))
-    waiting = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+    # Not yet admitted: the entrants (a kept count) less those the moves admitted.
+    cursor.execute("SELECT COALESCE(SUM(admitted), 0) AS n FROM tb_draw_move WHERE voucher_id = %s", (v,))
+    moved = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+    waiting = entrants.total(cursor, v) - moved
     admit = move_size(waiting, draw.admit_factor, units)
     if admit == 0 and not first:
         return Decided(Tick.STILL)

@@ -131,11 +131,17 @@ ASSUMPTIONS: dict[str, Assumption] = {
         Assumption(
             "secrets",
             3,
-            "Secrets Manager secrets (4 with the edge)",
+            "Secrets Manager secrets without the edge",
             "template.yaml's PassKeysSecret, data/template.yaml's RedisAuthSecret and the secret RDS manages "
-            "(ManageMasterUserPassword); the edge adds OriginSecret",
+            "(ManageMasterUserPassword)",
         ),
-        Assumption("alarms", 8, "CloudWatch alarms", "template.yaml: its AWS::CloudWatch::Alarm resources"),
+        Assumption(
+            "edge_secrets",
+            2,
+            "Secrets Manager secrets the edge adds",
+            "template.yaml's OriginSecret and PassKeysHeldSecret (Condition: HasEdge)",
+        ),
+        Assumption("alarms", 9, "CloudWatch alarms", "template.yaml: its AWS::CloudWatch::Alarm resources"),
         Assumption(
             "captcha_share",
             0.1,

@@ -151,7 +151,7 @@ def price_sale(p: Profile, edge: bool, c: dict[str, float]) -> tuple[list[Cost],
             logs_gb * figure("price_logs_ingested"),
         ),
     ]
-    secrets = assumed("secrets") + (1 if edge else 0)
+    secrets = assumed("secrets") + (assumed("edge_secrets") if edge else 0)
     monthly = [
         Cost(
             "Secrets Manager",
