@@ -12,8 +12,9 @@ client would:
   ``PASS_KEYS_SECRET_ARN``) rotated mid-sale in one put: a new key active, the old kept;
 - once the first wave is over, the ring unreadable (``seckill_local.secrets.unreadable``)
   for longer than the functions keep it (``seckill.passes.RING_MAX_AGE``, not settable
-  from outside, and the retry after a failed refresh): every container that is asked for
-  it refreshes once inside the outage and serves its last good ring.
+  from outside, and the retry after a failed refresh), or until the run's end once a
+  function has refreshed inside it (the run waits for one): each container asked for it
+  then refreshes inside the outage and serves its last good ring.
 
 From the rotation on, a few entrants not admitted ask for their entry again every second
 (a fresh pass, its key id recorded) and press with it: the edge must verify it, and answer
@@ -43,7 +44,7 @@ from seckill_demo.forged import forged_passes
 from seckill_demo.load import TRY_AGAIN_RETRIES, Press, press_once
 from seckill_demo.minted import FORGED_TICKET, minted_pass
 from seckill_demo.report import Check, Fault
-from seckill_demo.sale import LocalSale
+from seckill_demo.sale import LocalSale, console
 from seckill_local import secrets as local_secrets
 
 KEYS_SECRET = "SeckillDemoPassKeys"  # noqa: S105  # a secret's name: the ring's, on the run's moto server
@@ -79,9 +80,12 @@ class PassFaults:
         ranked = sorted(entries, key=lambda u: entries[u].ticket, reverse=True)
         self.minted_users = ranked[:MINTED]
         self.probe_users = ranked[MINTED : MINTED + PROBES]
+        self.api_log = sale.stack.log("api")
         self.wave_one_over = threading.Event()
         self.unreadable = threading.Event()
-        self.stop = threading.Event()
+        self.outage_over = threading.Event()
+        self.ending = threading.Event()  # the sale's waves are over
+        self.stop = threading.Event()  # the probes stop
 
     @contextlib.contextmanager
     def during_sale(self) -> Iterator[None]:
@@ -90,13 +94,24 @@ class PassFaults:
         try:
             yield
         finally:
+            # The outage lasts across one refresh at least: the run waits for it (at most OUTAGE_SECONDS).
+            self.ending.set()
+            if self.unreadable.is_set():
+                console.print(
+                    f"the pass key ring stays unreadable until a function refreshes it (<= {OUTAGE_SECONDS} s)"
+                )
+            self.outage_over.wait(OUTAGE_SECONDS + 10)
             self.stop.set()
             thread.join()
 
     def _run(self) -> None:
-        self.forge()
-        self.mint()
-        record(self.log, "pass-key-rotated", kid=ROTATED_KID, keys=sorted(self._rotate().keys))
+        try:
+            self.forge()
+            self.mint()
+            record(self.log, "pass-key-rotated", kid=ROTATED_KID, keys=sorted(self._rotate().keys))
+        except Exception:
+            self.outage_over.set()  # no outage: the run does not wait for one
+            raise
         outage = threading.Thread(target=self.outage, name="pass-keys-outage", daemon=True)
         outage.start()
         while not self.stop.wait(PROBE_EVERY):
@@ -163,16 +178,24 @@ class PassFaults:
                    order=answer.order_id)  # fmt: skip
 
     def outage(self) -> None:
-        while not self.wave_one_over.wait(0.2):
-            if self.stop.is_set():
-                return
-        started = time.time()
-        with local_secrets.unreadable(self.endpoint, KEYS_SECRET):
-            record(self.log, "pass-keys-unreadable")
-            self.unreadable.set()
-            self.stop.wait(OUTAGE_SECONDS)
-            self.unreadable.clear()
-        record(self.log, "pass-keys-readable-again", seconds=time.time() - started)
+        """From the first wave's end, OUTAGE_SECONDS long, or less if the run ends once a
+        function has served its last good ring (a refresh failed inside)."""
+        try:
+            while not self.wave_one_over.wait(0.2):
+                if self.ending.is_set():
+                    return
+            started, refreshes = time.time(), warnings(self.api_log)[STALE]
+            with local_secrets.unreadable(self.endpoint, KEYS_SECRET):
+                record(self.log, "pass-keys-unreadable")
+                self.unreadable.set()
+                while time.time() - started < OUTAGE_SECONDS:
+                    time.sleep(1.0)
+                    if self.ending.is_set() and warnings(self.api_log)[STALE] > refreshes:
+                        break
+                self.unreadable.clear()
+            record(self.log, "pass-keys-readable-again", seconds=time.time() - started)
+        finally:
+            self.outage_over.set()
 
     def probe(self) -> None:
         """Each probe entrant asks for its entry again (a fresh pass) and, while still not
@@ -320,9 +343,9 @@ def _count(values: Any) -> str:
 def check_passes(
     log: Path, api_log: Path, presses: list[Press], entries: Mapping[int, Entry], minted: MintedOrders
 ) -> list[Check]:
-    """The pass faults' checks: no valid pass refused across the rotation, no 5xx and the last
-    good ring served while it was unreadable, every forged pass refused at the edge, no
-    minted pass buying a unit."""
+    """The pass faults' checks: no valid pass refused across the rotation; while the ring was
+    unreadable, a refresh failed and served the last good ring, none found no good one, no
+    entry answered 5xx; every forged pass refused at the edge; no minted pass buying a unit."""
     injected = Counter(line["fault"] for line in read_log(log))
     probes = _lines(log, "pass-probe")
     pressed = [p for p in probes if "status" in p]
@@ -345,7 +368,10 @@ def check_passes(
         ),
         Check(
             "the ring unreadable: the last good one served, no 5xx",
-            injected["pass-keys-unreadable"] == 1 and not failed_entries and not warned[NONE_HELD],
+            injected["pass-keys-unreadable"] == 1
+            and warned[STALE] > 0
+            and not failed_entries
+            and not warned[NONE_HELD],
             f"{_outage_seconds(log):.0f} s unreadable; {len(during) - len(failed_entries)} of {len(during)} entries "
             f"answered during it; {warned[STALE]} refreshes served the last good value, {warned[NONE_HELD]} "
             "had none",

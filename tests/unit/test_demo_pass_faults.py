@@ -48,8 +48,9 @@ def chaos_log(tmp_path: Path, **changes: Any) -> Path:
 
 
 def api_log(tmp_path: Path, *lines: str) -> Path:
+    """The functions' log: one refresh failed and served the last good value, unless ``lines`` say otherwise."""
     path = tmp_path / "api.log"
-    path.write_text("".join(f"{line}\n" for line in ("REPORT RequestId: 1", *lines)))
+    path.write_text("".join(f"{line}\n" for line in ("REPORT RequestId: 1", *(lines or (STALE,)))))
     return path
 
 
@@ -82,10 +83,12 @@ def test_a_valid_pass_refused_no_pass_fails(tmp_path: Path) -> None:
     assert failed(refused, api) == [rotation]
 
 
-def test_a_5xx_or_no_good_value_while_the_ring_is_unreadable_fails(tmp_path: Path) -> None:
+def test_a_5xx_no_good_value_or_no_refresh_while_the_ring_is_unreadable_fails(tmp_path: Path) -> None:
     outage = "the ring unreadable: the last good one served, no 5xx"
     assert failed(chaos_log(tmp_path / "a", during={"entry": 503}), api_log(tmp_path, STALE)) == [outage]
     assert failed(chaos_log(tmp_path / "b"), api_log(tmp_path / "b", STALE, NONE_HELD)) == [outage]
+    # No function refreshed while it was unreadable: the fault was never met.
+    assert failed(chaos_log(tmp_path / "c"), api_log(tmp_path / "c", "REPORT RequestId: 2")) == [outage]
 
 
 def test_a_forged_pass_answered_by_the_function_or_let_through_fails(tmp_path: Path) -> None:
