@@ -76,7 +76,7 @@ class PassFaults:
         self.entries = entries
         self.endpoint = sale.stack.sqs_endpoint
         self.press_url = f"{sale.user_url}/voucher-order/seckill/{sale.voucher_id}"
-        # The last to be admitted first: they stay refused for the whole sale.
+        # The last to be admitted: none is when the crowd starts pressing (the moves may admit them later).
         ranked = sorted(entries, key=lambda u: entries[u].ticket, reverse=True)
         self.minted_users = ranked[:MINTED]
         self.probe_users = ranked[MINTED : MINTED + PROBES]
