@@ -14,7 +14,7 @@ export SAM_CLI_TELEMETRY = 0
 SAM_REGION ?= us-east-1
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock demo check test test-unit lint types format services clean sam-setup validate build openapi edge-function bench bench-setup sam-local
+.PHONY: help setup lock demo check test test-unit lint types format services browser clean sam-setup validate build openapi edge-function bench bench-setup sam-local
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -88,6 +88,9 @@ build: sam-setup ## sam build (cached, parallel, no container) into .aws-sam/bui
 services: ## start local Redis and MariaDB if they are not running
 	@scripts/local_services.sh
 
+browser: ## install Debian's Chromium and chromedriver if missing (the buyer's page's browser tests)
+	@scripts/browser.sh
+
 demo: bench-setup services ## a whole flash sale on this machine (Node.js for its edge), with a report (ARGS="--users 5000 ...")
 	$(BIN)/seckill-flash-sale $(ARGS)
 
@@ -123,7 +126,7 @@ check: bench-setup services ## the everyday loop: lint, types, unit and integrat
 	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)
 
-test: bench-setup services ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
+test: bench-setup services browser ## the full CI run: validate and build the SAM app, lint, types, then unit, integration and e2e tests
 	$(STATIC) validate build lint types
 	$(UNIT) $(ARGS)
 	$(INTEGRATION) $(ARGS)

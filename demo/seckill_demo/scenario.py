@@ -57,6 +57,7 @@ from seckill_demo.report import Check, Outcome, Report, check_invariants
 from seckill_demo.sale import LocalSale, console, decided, finish, progress_bars
 from seckill_demo.stock_sampler import StockSampler
 from seckill_demo.timing import PRESS_ROUTE, durations, function_time
+from seckill_local.edge import page_url
 from seckill_ops.draw import fetch_record
 
 
@@ -69,6 +70,9 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
     sale.create_voucher("local run")
     opens = "on sale" if args.admission == "race" else f"(a draw) opens in {sale.opens_at - time.time():.0f} s"
     console.print(f"voucher {sale.voucher_id} {opens} with stock {args.stock}; {len(tokens):,} users minted")
+    if sale.stack.edge is not None:
+        page = page_url(sale.stack.edge.url, args.shop_id, sale.voucher_id)
+        console.print(f"the buyer's page, while the sale runs: {page} (a token: seckill-tokens)", soft_wrap=True)
 
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge

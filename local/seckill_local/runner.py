@@ -42,7 +42,7 @@ from botocore.exceptions import EndpointConnectionError
 from seckill.edge.passkeys import Held
 from seckill_local.api import LocalHttpApi, make_server
 from seckill_local.checkout import TEMPLATE
-from seckill_local.edge import EdgeServer, kvs_environment
+from seckill_local.edge import EdgeServer, kvs_environment, page_url
 from seckill_local.feeder import QueueFeeder
 from seckill_local.lambda_api import LocalLambdaApi
 from seckill_local.lambdas import FunctionPool, function_environment, invoke, read_env_vars, start_function
@@ -203,6 +203,7 @@ def cmd_start_api(args: argparse.Namespace) -> int:
         print(f"edge listening on {edge.url}: the template's EdgeDistribution in front of every route", flush=True)
         print(f"  its KeyValueStore {edge.kvs_arn} at {edge.kvs_endpoint}", flush=True)
         print(f"  publish to it with: seckill-local feed --edge --kvs-endpoint {edge.kvs_endpoint}", flush=True)
+        print(f"  the buyer's page: {page_url(edge.url, '<shopId>', '<voucherId>')}", flush=True)
     print("(Ctrl-C to stop)", flush=True)
     try:
         _wait_for_signal()

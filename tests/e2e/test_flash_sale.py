@@ -120,6 +120,7 @@ def test_the_edge_answers_the_presses_after_sell_out(tmp_path: Path, sale_db: st
     }
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert f"edge plot: {plot}" in result.stdout
+    assert f"/page/index.html?shop=1&voucher={report['voucher_id']}" in result.stderr  # said as the sale starts
 
 
 def test_unreachable_redis_says_what_to_start() -> None:

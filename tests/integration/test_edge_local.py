@@ -31,8 +31,9 @@ from seckill.edge.state import EdgeState
 from seckill.infra import results
 from seckill.press.gate import NO_PASS, NOT_ADMITTED, REFUSALS, SOLD_OUT
 from seckill_demo.forged import forged_passes
-from seckill_local.edge import KVS_ARN, EdgeServer, kvs_environment, local_kvs_client
+from seckill_local.edge import BUCKET, KVS_ARN, EdgeServer, distribution, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
+from seckill_local.template import Template
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
 
@@ -379,6 +380,55 @@ def test_the_list_takes_get_and_head_only_as_its_behavior_allows(
     for method in ("GET", "HEAD"):
         assert http.request(method, f"{edge.url}/voucher/list/1").status == Upstream.STATUS
     assert [s.method for s in upstream.seen] == ["GET", "HEAD"]
+
+
+def test_the_page_is_served_from_its_bucket_with_the_policy_s_headers(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager
+) -> None:
+    """The page's behavior stands for its S3 origin: edge/page/ under the key prefix page/,
+    with PageHeadersPolicy's headers; nothing of it reaches the API."""
+    behaviors = distribution(Template.load())["behaviors"]
+    page = next(b for b in behaviors if b["pathPattern"] == "/page/*")
+    assert page["headers"]["content-security-policy"].startswith("default-src 'none'; script-src 'self'")
+    files = [("index.html", "text/html"), ("style.css", "text/css"), ("favicon.svg", "image/svg+xml")]
+    for name, kind in files + [(f"{module}.js", "text/javascript") for module in ("app", "audit", "clock")]:
+        answer = http.request("GET", f"{edge.url}/page/{name}")
+        assert answer.status == 200, name
+        assert answer.data == (BUCKET / "page" / name).read_bytes()
+        assert answer.headers["content-type"].startswith(kind)
+        assert {k: answer.headers[k] for k in page["headers"]} == page["headers"]
+    assert all(b["headers"] == {} for b in behaviors if b is not page)  # the API's answers get none
+    assert http.request("HEAD", f"{edge.url}/page/index.html").status == 200
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/page/missing.html", "/page/", "/page/%zz", "/page/..%2fpress.js", "/page/%2e%2e%2fpress.js", "/page//app.js"],
+)
+def test_a_key_the_bucket_does_not_hold_is_s3_s_403(edge: EdgeServer, upstream: Upstream, target: str) -> None:
+    """As S3 answers CloudFront, which may GetObject but not list: 403, never a file beside the page."""
+    assert sent_as_is(edge, "GET", target, {}) == 403
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize("target", ["/page/../press.js", "/page/%2e%2e/template.yaml"])
+def test_a_dot_segment_leaves_the_page_s_behavior_for_the_default_which_denies(
+    edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager, target: str
+) -> None:
+    answer = HTTPConnection(urllib3.util.parse_url(edge.url).netloc, timeout=10)
+    try:
+        answer.request("GET", target)
+        response = answer.getresponse()
+        assert (response.status, response.getheader("x-seckill-edge"), response.read()) == (403, "1", b"")
+    finally:
+        answer.close()
+    assert upstream.seen == []
+
+
+def test_the_page_takes_get_and_head_only(edge: EdgeServer, http: urllib3.PoolManager) -> None:
+    for method in ("POST", "PUT", "DELETE"):
+        assert http.request(method, f"{edge.url}/page/index.html", body=b"").status == 403, method
 
 
 def test_a_chunked_body_is_forwarded_whole(edge: EdgeServer, upstream: Upstream, http: urllib3.PoolManager) -> None:

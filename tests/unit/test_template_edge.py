@@ -300,7 +300,7 @@ def functions_of(behavior: dict[str, Any]) -> list[Any]:
 
 def test_the_origin_is_the_http_api_over_tls_1_2(template: Template, edge: Template) -> None:
     config = distribution(edge)
-    (origin,) = config["Origins"]
+    (origin,) = [o for o in config["Origins"] if o["Id"] != PAGE_ORIGIN]
     given = template.resource(EDGE_STACK)["Properties"]["Parameters"]
     assert origin["DomainName"] == {"Ref": "OriginDomain"}
     assert given["OriginDomain"] == {"Fn::Sub": "${SeckillHttpApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
@@ -320,6 +320,8 @@ def test_the_origin_is_the_http_api_over_tls_1_2(template: Template, edge: Templ
     assert given["OriginSecretVersionId"] == {"Ref": "OriginSecretVersionId"}
     draw = behavior_for(config, "/voucher/seckill/42/draw")["PathPattern"]
     for behavior in [config["DefaultCacheBehavior"], *config["CacheBehaviors"]]:
+        if behavior.get("PathPattern") == PAGE_PATTERN:
+            continue  # the buyer's page, from its bucket (below)
         assert behavior["TargetOriginId"] == origin["Id"]
         assert behavior["ViewerProtocolPolicy"] == "https-only"  # a redirect would turn a POST into a GET
         assert "ForwardedValues" not in behavior
@@ -328,6 +330,70 @@ def test_the_origin_is_the_http_api_over_tls_1_2(template: Template, edge: Templ
         assert behavior["CachePolicyId"] == CACHING_DISABLED
         # Every viewer header, authorization included, but Host (API Gateway answers 403 to another host).
         assert behavior["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST_HEADER
+
+
+PAGE_ORIGIN, PAGE_PATTERN = "page", "/page/*"
+CACHING_OPTIMIZED = "658327ea-f89d-4fab-a63d-7e88639e58f6"
+
+
+def test_the_page_comes_from_a_private_bucket_through_origin_access_control(edge: Template) -> None:
+    config = distribution(edge)
+    (origin,) = [o for o in config["Origins"] if o["Id"] == PAGE_ORIGIN]
+    assert origin["DomainName"] == {"Fn::GetAtt": ["PageBucket", "RegionalDomainName"]}
+    assert origin["OriginAccessControlId"] == {"Fn::GetAtt": ["PageOriginAccessControl", "Id"]}
+    assert origin["S3OriginConfig"] == {"OriginAccessIdentity": ""}  # OAC, not the legacy identity
+    control = edge.resource("PageOriginAccessControl")["Properties"]["OriginAccessControlConfig"]
+    assert (control["OriginAccessControlOriginType"], control["SigningBehavior"]) == ("s3", "always")
+    bucket = edge.resource("PageBucket")["Properties"]
+    assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
+    statements = edge.resource("PageBucketPolicy")["Properties"]["PolicyDocument"]["Statement"]
+    (read,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert read["Principal"] == {"Service": "cloudfront.amazonaws.com"}
+    assert read["Action"] == "s3:GetObject"
+    # This distribution alone may read, and only the page's keys.
+    assert read["Condition"]["StringEquals"]["AWS:SourceArn"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:cloudfront::${AWS::AccountId}:distribution/${EdgeDistribution}"
+    }
+    assert read["Resource"] == {"Fn::Sub": "${PageBucket.Arn}/page/*"}
+    # The page's one behavior: read-only, cached, before the default (which denies).
+    page = behavior_for(config, "/page/index.html")
+    assert page["PathPattern"] == PAGE_PATTERN
+    assert page["TargetOriginId"] == PAGE_ORIGIN
+    assert page["AllowedMethods"] == ["GET", "HEAD"]
+    assert page["CachePolicyId"] == CACHING_OPTIMIZED
+    assert functions_of(page) == []
+    # No user route is served from the bucket.
+    assert behavior_for(config, "/voucher-order/seckill/42")["TargetOriginId"] != PAGE_ORIGIN
+
+
+def test_the_page_has_security_headers_and_a_policy_without_inline_script(edge: Template) -> None:
+    page = behavior_for(distribution(edge), "/page/index.html")
+    assert page["ResponseHeadersPolicyId"] == {"Ref": "PageHeadersPolicy"}
+    config = edge.resource("PageHeadersPolicy")["Properties"]["ResponseHeadersPolicyConfig"]["SecurityHeadersConfig"]
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in config["ContentSecurityPolicy"]["ContentSecurityPolicy"].split(";")
+    )
+    assert policy["default-src"] == "'none'"
+    # Same origin only: no inline script, no eval, no third party (the API is on this origin too).
+    for directive in ("script-src", "style-src", "connect-src"):
+        assert policy[directive] == "'self'", directive
+    assert policy["frame-ancestors"] == "'none'"
+    assert config["FrameOptions"]["FrameOption"] == "DENY"
+    assert config["ReferrerPolicy"]["ReferrerPolicy"] == "no-referrer"
+    assert "ContentTypeOptions" in config
+    assert int(config["StrictTransportSecurity"]["AccessControlMaxAgeSec"]) >= 31536000
+    assert all(item.get("Override") is True for item in config.values())
+
+
+def test_the_page_is_plain_files_with_no_inline_script_and_nothing_from_elsewhere() -> None:
+    """What the policy allows is all the page uses: its own files, no inline script or style."""
+    page = ROOT / "edge" / "page"
+    html = (page / "index.html").read_text(encoding="utf-8")
+    assert re.findall(r"<script\b[^>]*>", html) == ['<script type="module" src="app.js">']
+    assert not re.search(r"<style|\sstyle\s*=|\son[a-z]+\s*=", html)  # no inline style or handler
+    for name in ("index.html", "app.js", "audit.js", "clock.js", "style.css"):
+        assert "://" not in (page / name).read_text(encoding="utf-8"), name  # nothing from another origin
 
 
 def test_the_draw_record_is_cached_two_seconds_at_most(edge: Template) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from seckill_local.checkout import ROOT
 from seckill_local.edge_function_command import RESOURCE, SOURCE
 from seckill_local.node import MISSING, node
 from seckill_local.processes import stop_group
@@ -44,6 +45,11 @@ DISTRIBUTION = "EdgeDistribution"
 KVS_ARN = "arn:aws:cloudfront::000000000000:key-value-store/seckill-local"
 # The name the client is configured with; .test is reserved for testing (RFC 2606).
 KVS_ENDPOINT = "http://cloudfront-kvs.seckill.test"
+# The page bucket's contents: its keys are the paths under edge/ (page/index.html is
+# edge/page/index.html), which `aws s3 sync edge/page s3://<bucket>/page/` copies.
+BUCKET = ROOT / "edge"
+# The buyer's page on the edge, for one voucher of one shop (docs/page.md).
+PAGE = "/page/index.html"
 READY = re.compile(r"edge listening on (http://\S+) \(kvs (http://\S+)\)")
 
 
@@ -62,9 +68,12 @@ def distribution(template: Template) -> dict[str, Any]:
     order, the default last with the pattern ``*``, each with its allowed methods and the
     logical id of its viewer-request function (or None), and every such function's code.
     EdgePressFunction's code is ``edge/press.js``, which the edge template's copies
-    (``seckill-edge-function``), so that an edit runs locally before it is copied."""
+    (``seckill-edge-function``), so that an edit runs locally before it is copied.
+    A behavior whose origin is an S3 bucket serves files from ``BUCKET`` instead of the
+    API (``static``), and one with a response headers policy adds its headers (``headers``)."""
     template = template.nested[EDGE_STACK]
     config = template.resource(DISTRIBUTION)["Properties"]["DistributionConfig"]
+    buckets = {origin["Id"] for origin in config["Origins"] if "S3OriginConfig" in origin}
     behaviors, functions = [], {}
     for behavior in [*config.get("CacheBehaviors", []), {**config["DefaultCacheBehavior"], "PathPattern": "*"}]:
         function = None
@@ -74,10 +83,42 @@ def distribution(template: Template) -> dict[str, Any]:
         if function is not None and function not in functions:
             code = template.resource(function)["Properties"]["FunctionCode"]
             functions[function] = SOURCE.read_text(encoding="utf-8") if function == RESOURCE else code
+        policy = behavior.get("ResponseHeadersPolicyId")
         behaviors.append(
-            {"pathPattern": behavior["PathPattern"], "allowedMethods": behavior["AllowedMethods"], "function": function}
+            {
+                "pathPattern": behavior["PathPattern"],
+                "allowedMethods": behavior["AllowedMethods"],
+                "function": function,
+                "static": str(BUCKET) if behavior["TargetOriginId"] in buckets else None,
+                "headers": response_headers(template.resource(policy["Ref"])) if policy else {},
+            }
         )
     return {"behaviors": behaviors, "functions": functions}
+
+
+def response_headers(policy: dict[str, Any]) -> dict[str, str]:
+    """The headers an AWS::CloudFront::ResponseHeadersPolicy adds to every response: its
+    security headers (the names CloudFront gives them) and its custom headers."""
+    config = policy["Properties"]["ResponseHeadersPolicyConfig"]
+    security = config.get("SecurityHeadersConfig", {})
+    headers = {}
+    if "ContentSecurityPolicy" in security:
+        headers["content-security-policy"] = security["ContentSecurityPolicy"]["ContentSecurityPolicy"]
+    if "ContentTypeOptions" in security:
+        headers["x-content-type-options"] = "nosniff"
+    if "FrameOptions" in security:
+        headers["x-frame-options"] = security["FrameOptions"]["FrameOption"]
+    if "ReferrerPolicy" in security:
+        headers["referrer-policy"] = security["ReferrerPolicy"]["ReferrerPolicy"]
+    if "StrictTransportSecurity" in security:
+        hsts = security["StrictTransportSecurity"]
+        flags = [("IncludeSubdomains", "includeSubDomains"), ("Preload", "preload")]
+        headers["strict-transport-security"] = "; ".join(
+            [f"max-age={hsts['AccessControlMaxAgeSec']}", *(text for key, text in flags if hsts.get(key))]
+        )
+    for item in config.get("CustomHeadersConfig", {}).get("Items", []):
+        headers[item["Header"].lower()] = item["Value"]
+    return headers
 
 
 class EdgeServer:
@@ -157,6 +198,11 @@ class EdgeServer:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def page_url(edge_url: str, shop_id: int | str, voucher_id: int | str) -> str:
+    """The buyer's page for a voucher, on the edge at ``edge_url``."""
+    return f"{edge_url}{PAGE}?shop={shop_id}&voucher={voucher_id}"
 
 
 def kvs_environment(listener: str, kvs_arn: str = KVS_ARN) -> dict[str, str]:

@@ -8,12 +8,16 @@
 //        --kvs-arn arn:aws:cloudfront::000000000000:key-value-store/x
 //
 // --distribution is what seckill_local.edge.distribution() reads from edge/template.yaml: the
-// behaviors in order ({pathPattern, allowedMethods, function}, the default's pattern "*"
-// last) and each function's code by name.
+// behaviors in order ({pathPattern, allowedMethods, function, static, headers}, the default's
+// pattern "*" last) and each function's code by name. A behavior with `static` (a directory)
+// stands for an S3 origin: its files are served from there; `headers` are its response
+// headers policy's, added to every answer of the behavior.
 // Port 0 picks a free port; the ready line names the ports bound. --exit-with-stdin ends
 // the server when its stdin closes: a parent that dies, even by SIGKILL, takes it along.
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { readFile, stat } from 'node:fs/promises';
+import { extname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { compileFunction, mapStore } from './cloudfront.mjs';
 import { behaviorFor } from './distribution.mjs';
@@ -331,6 +335,43 @@ function answer(req, res, response) {
   send(res, response.statusCode, headers, body);
 }
 
+// ---- The S3 origin: the bucket's keys are the files under `root` ----------------------
+
+// The Content-Type `aws s3 sync` stores with each file (by its extension).
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.png': 'image/png',
+  '.svg': 'image/svg+xml',
+};
+
+// CloudFront sends the raw path on (distribution.mjs); S3's key is that path decoded. The
+// bucket holds files only, one per key: a key with an empty, '.' or '..' segment names none.
+// A key the bucket does not hold is S3's 403 AccessDenied: CloudFront may only GetObject,
+// and without s3:ListBucket S3 answers a missing key 403, not 404.
+async function serveStatic(req, res, root, uri, headers) {
+  req.resume();
+  let body = null;
+  try {
+    const segments = decodeURIComponent(uri).slice(1).split('/');
+    if (!segments.some((part) => ['', '.', '..'].includes(part) || /[\\\0]/.test(part))) {
+      const file = join(root, ...segments);
+      if ((await stat(file)).isFile()) body = await readFile(file);
+    }
+  } catch {
+    body = null; // no such key (or no key at all: a malformed escape)
+  }
+  if (body === null) {
+    const denied = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>';
+    send(res, 403, { 'content-type': 'application/xml', ...headers }, denied);
+    return;
+  }
+  const type = TYPES[extname(uri)] ?? 'application/octet-stream';
+  res.writeHead(200, { 'content-type': type, 'content-length': body.length, ...headers });
+  res.end(req.method === 'HEAD' ? undefined : body);
+}
+
 // CloudFront's own refusal of a method the behavior does not allow: 403 "Invalid method"
 // (docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/http-403-invalid-method.html).
 function refuseMethod(req, res) {
@@ -343,6 +384,10 @@ const viewerServer = http.createServer(async (req, res) => {
   const behavior = behaviorFor(distribution.behaviors, uri);
   if (!behavior.allowedMethods.includes(req.method)) {
     refuseMethod(req, res);
+    return;
+  }
+  if (behavior.static) {
+    serveStatic(req, res, behavior.static, uri, behavior.headers).catch(() => res.destroy());
     return;
   }
   const event = {
