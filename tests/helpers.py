@@ -37,7 +37,6 @@ from seckill.infra.db import Credentials, Database
 from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import from_ms
 from seckill.messages import OrderMessage, OrderQueue
-from seckill.passes import KeyRing, sign
 from seckill.persist.persistence import Decision, persist_orders
 from seckill.press.gate import Gate, Reservation
 from seckill.repair.reconcile import VoucherReconciled, reconcile
@@ -440,20 +439,3 @@ def invoke(module: ModuleType, context: Any, sample: str, *records: dict[str, An
     response = module.lambda_handler(json.loads(json.dumps(event)), context)
     assert set(response) == {"batchItemFailures"}, response
     return {f["itemIdentifier"] for f in response["batchItemFailures"]}
-
-
-def forged_passes(voucher_id: int, user_id: int, token: str, ticket: str, kid: str, now: float) -> dict[str, str]:
-    """Passes of this voucher, user, token and ticket under the key id ``kid``, each with a
-    forged signature (a random key), one per expiry the edge must not believe before the
-    signature: long past, past its clock skew (1 s), ``now`` itself, within the skew, to
-    come. Keyed by that name, for a report to count them."""
-    forger = KeyRing(kid, {kid: secrets.token_bytes(32)})
-    second = int(now)
-    expiries = {
-        "long past": second - 3600,
-        "past the skew": second - 2,
-        "now": second,
-        "within the skew": second + 1,
-        "to come": second + 3600,
-    }
-    return {name: sign(forger, voucher_id, user_id, token, ticket, exp) for name, exp in expiries.items()}

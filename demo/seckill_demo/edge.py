@@ -454,11 +454,12 @@ def since(now: dict[str, int] | None, before: dict[str, int] | None) -> dict[str
     return {name: count - before.get(name, 0) for name, count in now.items()}
 
 
-def check_server(presses: list[Press], stats: dict[str, Any] | None) -> Check:
-    """The edge server's own count (``/__edge/stats``) against the clients'. Only presses are
-    answered there; status and cancel calls go through it too, so it forwards at least the
-    presses the clients saw forwarded."""
-    answered = sum(p.edge for p in presses)
+def check_server(presses: list[Press], stats: dict[str, Any] | None, faults_answered: int = 0) -> Check:
+    """The edge server's own count (``/__edge/stats``) against the clients' (and the
+    ``faults_answered`` presses a chaos run sent apart). Only presses are answered there;
+    status and cancel calls go through it too, so it forwards at least the presses the
+    clients saw forwarded."""
+    answered = sum(p.edge for p in presses) + faults_answered
     forwarded = sum(not p.edge and p.status != 0 for p in presses)
     if stats is None:
         return Check("the edge server counted the same", False, "/__edge/stats did not answer")

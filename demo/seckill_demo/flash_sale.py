@@ -42,6 +42,7 @@ from seckill.migrate import migrate
 from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
+from seckill_demo.pass_faults import KEYS_SECRET, keys_secret
 from seckill_demo.sale import LocalSale, console
 from seckill_demo.scenario import run_local_sale
 from seckill_demo.stack import LocalStack, preflight
@@ -81,10 +82,16 @@ def run(args: argparse.Namespace) -> int:
                 env_vars = chaos.function_env()
                 console.print(f"chaos: a Redis of the run's own on {redis_url}, restarted mid-sale")
             env_vars["Parameters"] = local_parameters(functions_redis_url, creds)
+            keys = {}
+            if chaos is not None and args.admission == "draw":
+                # The pass key ring in Secrets Manager, as in AWS: the chaos run rotates it and makes it unreadable.
+                keys = keys_secret()
+                env_vars["Parameters"]["PASS_KEYS_SECRET_ARN"] = KEYS_SECRET
             vt = 2 if args.chaos else 10
             stack = LocalStack(
-                tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge, clock_apart=args.admission == "draw"
-            )
+                tmp, env_vars, args.containers, visibility_timeout=vt, edge=edge, clock_apart=args.admission == "draw",
+                secrets=keys,
+            )  # fmt: skip
             redis = redis_client(Settings.from_env({**os.environ, "REDIS_URL": redis_url}))
             http = urllib3.PoolManager(maxsize=args.concurrency + 4, block=True, retries=False, timeout=30)
             with console.status("starting moto SQS, the local HTTP API (and edge) and the queue feeder..."):

@@ -60,20 +60,7 @@ def fire(
     done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
 
     def attempt(user_id: int) -> Press:
-        sent, started = time.monotonic(), time.perf_counter()
-        try:
-            headers = {"authorization": tokens[user_id]}
-            if passes and user_id in passes:
-                headers[PASS_HEADER] = passes[user_id]
-            response = http.request("POST", url, headers=headers)
-            elapsed = (time.perf_counter() - started) * 1000
-            payload = json.loads(response.data) if response.data else {}
-            order = payload.get("data") if response.status == 202 else None
-            code = payload.get("code") or payload.get("message")
-            edge = response.headers.get("x-seckill-edge") == "1"
-            return Press(user_id, response.status, code, order, elapsed, sent, edge, response.data)
-        except Exception as exc:
-            return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000, sent)
+        return press_once(http, url, user_id, tokens[user_id], (passes or {}).get(user_id))
 
     def press(index: int) -> list[Press]:
         """One press, as the app would make it: 503 TRY_AGAIN is retried after a short pause."""
@@ -95,6 +82,25 @@ def fire(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = [a for attempts in pool.map(press, range(len(plan))) for a in attempts]
     return results, time.perf_counter() - started
+
+
+def press_once(http: urllib3.PoolManager, url: str, user_id: int, token: str, pass_: str | None = None) -> Press:
+    """One press of the button at ``url`` (POST /voucher-order/seckill/{voucherId}), with the
+    user's pass if it has one; an answer that never came is status 0."""
+    sent, started = time.monotonic(), time.perf_counter()
+    try:
+        headers = {"authorization": token}
+        if pass_ is not None:
+            headers[PASS_HEADER] = pass_
+        response = http.request("POST", url, headers=headers)
+        elapsed = (time.perf_counter() - started) * 1000
+        payload = json.loads(response.data) if response.data else {}
+        order = payload.get("data") if response.status == 202 else None
+        code = payload.get("code") or payload.get("message")
+        edge = response.headers.get("x-seckill-edge") == "1"
+        return Press(user_id, response.status, code, order, elapsed, sent, edge, response.data)
+    except Exception as exc:
+        return Press(user_id, 0, type(exc).__name__, None, (time.perf_counter() - started) * 1000, sent)
 
 
 def lost(press: Press) -> bool:

@@ -45,6 +45,14 @@ from seckill_demo.edge_faults import edge_faults, edge_faults_table
 from seckill_demo.holds import HoldsRun
 from seckill_demo.holds_outcome import HoldsOutcome, check_holds, check_known, return_lag
 from seckill_demo.load import TOKEN_TTL, promised
+from seckill_demo.pass_faults import (
+    MintedOrders,
+    PassFaults,
+    check_passes,
+    edge_answered,
+    minted_users,
+    pass_faults_table,
+)
 from seckill_demo.report import Check, Outcome, Report, check_invariants
 from seckill_demo.sale import LocalSale, console, decided, finish, progress_bars
 from seckill_demo.stock_sampler import StockSampler
@@ -95,8 +103,15 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         on_win = run.winners(tokens, wave=1) if run is not None else lambda press: None
         # And the buyers whose answer was lost ask for their order (GET /voucher-order/seckill/{voucherId}).
         on_lost = run.losers(tokens, wave=1) if run is not None else lambda press: None
+        pass_faults = None
+        if chaos is not None and entries and edge is not None:
+            # Forged and minted passes, the key rotated and then unreadable: from now to the last wave's end.
+            pass_faults = PassFaults(chaos, sale, tokens, entries)
+            stack.enter_context(pass_faults.during_sale())
         if chaos is not None:
             presses, wall = chaos.fire(sale, tokens, progress, creds, reconciled, on_win, on_lost)
+            if pass_faults is not None:
+                pass_faults.wave_one_over.set()
         else:
             presses, wall = sale.fire(tokens, progress, on_win=on_win, on_lost=on_lost)
         sampler.mark("wave 1 ends")
@@ -142,7 +157,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         edge_checks = [
             *check_edge(presses, watch, edge_report, len(rush), within, unsure),
             check_refused_on_sale(watch),
-            check_server(presses, stats),
+            check_server(presses, stats, 0 if chaos is None else edge_answered(chaos.log)),
         ]
         path = args.edge_plot or Path(f"seckill-sale-{sale.voucher_id}-edge.png")
         moves = [] if draw_run is None else move_marks(draw_run, offset + watch.started)
@@ -213,6 +228,11 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         report.checks.extend(check_moves(store, draw_run, presses, commitment))
         if chaos is not None:
             report.faults.extend(draw_faults_table(chaos.log, store.first_move_after_close, reconciled))
+        if chaos is not None and pass_faults is not None:
+            api_log = sale.stack.log("api")
+            minted = MintedOrders.read(sale.db, sale.voucher_id, minted_users(chaos.log))
+            report.faults.extend(pass_faults_table(chaos.log, api_log, minted))
+            report.checks.extend(check_passes(chaos.log, api_log, presses, entries, minted))
     if held is not None and run is not None:
         report.return_lag = return_lag(sale.db, sale.voucher_id)
         report.reconciliation = dict(reconciled + run.reconciled)

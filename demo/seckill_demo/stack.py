@@ -24,6 +24,7 @@ from seckill.infra.config import Settings
 from seckill.infra.db import Credentials
 from seckill_local.edge import KVS_ARN, local_kvs_client
 from seckill_local.ports import free_port
+from seckill_local.secrets import ensure_secret
 from seckill_local.sqs import sqs_client
 
 START_REDIS = "redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
@@ -65,7 +66,8 @@ class LocalEdge:
 
 class LocalStack:
     """The runner's processes: moto SQS, the HTTP API (behind the edge, with ``edge``)
-    and the queue feeder; with ``edge``, EdgePublisherFunction's feeder apart."""
+    and the queue feeder; with ``edge``, EdgePublisherFunction's feeder apart; ``secrets``
+    made on the moto server (Secrets Manager's stand-in) before the functions start."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class LocalStack:
         visibility_timeout: int,
         edge: bool = False,
         clock_apart: bool = False,
+        secrets: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.sqs_port, self.api_port = free_port(), free_port()
@@ -84,6 +87,7 @@ class LocalStack:
         self.containers = containers
         self.visibility_timeout = visibility_timeout
         self.clock_apart = clock_apart
+        self.secrets = secrets or {}  # name -> value: made on the moto server before the functions start
         env_vars["Parameters"]["AWS_ENDPOINT_URL_SQS"] = self.sqs_endpoint
         self.env_file = workdir / "env.json"
         self.env_file.write_text(json.dumps(env_vars, indent=2), encoding="utf-8")
@@ -104,6 +108,8 @@ class LocalStack:
         vt = ["--visibility-timeout", str(self.visibility_timeout)]
         self._spawn("sqs", "start-sqs", "--port", str(self.sqs_port), *vt)
         self._wait("moto SQS", lambda: bool(sqs_client(self.sqs_endpoint).get_queue_url(QueueName="OrderQueue")))
+        for name, value in self.secrets.items():
+            ensure_secret(self.sqs_endpoint, name, value)
         env = ["--env-vars", str(self.env_file)]
         edge: list[str] = []
         api = [str(self.api_port), "--containers", str(self.containers)]

@@ -27,6 +27,7 @@ from seckill.infra import keys
 from seckill.infra.db import Credentials
 from seckill.infra.lua_scripts import Scripts
 from seckill.passes import KeyRing
+from seckill_demo.forged import forged_passes
 from seckill_local import secrets as local_secrets
 from seckill_local.checkout import ROOT
 from seckill_local.edge import KVS_ARN, local_kvs_client
@@ -36,7 +37,7 @@ from seckill_local.sqs import ensure_queues
 from seckill_local.template import Template
 from tests.e2e.test_deployed_sale import SECKILL_LOCAL, wait_ready
 from tests.e2e.test_local_runner import delete_queues_with_prefix
-from tests.helpers import forged_passes, iso, new_user, seckill_voucher_body, signed
+from tests.helpers import iso, new_user, seckill_voucher_body, signed
 
 pytestmark = pytest.mark.e2e
 

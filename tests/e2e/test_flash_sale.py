@@ -318,10 +318,12 @@ def test_draw_options_are_validated() -> None:
 
 
 def test_a_draw_under_chaos_holds_every_check(tmp_path: Path, sale_db: str, seed: int) -> None:
-    """A draw sale under every fault of a chaos run, and the two at its close: the close's
-    clock message lost, and Redis emptied right at the close. The close's move is recorded
-    within 5 s all the same, nothing is admitted before it, and the draw's checks hold with
-    the sale's (the audits, the cursor, the moves' sizes, what Redis lost). With holds the
+    """A draw sale under every fault of a chaos run, the two at its close (the close's
+    clock message lost, and Redis emptied right at the close) and the four on its passes
+    (forged, minted, the key rotated, the ring unreadable). The close's move is recorded
+    within 5 s all the same, nothing is admitted before it, no minted pass buys a unit,
+    and the draw's checks hold with the sale's (the audits, the cursor, the moves' sizes,
+    what Redis lost). With holds the
     same run takes about two minutes here (three waves, each past a 10 s hold, and an
     outage of 12 s): `make demo` runs that one."""
     report_file = tmp_path / "report.json"
@@ -340,6 +342,10 @@ def test_a_draw_under_chaos_holds_every_check(tmp_path: Path, sale_db: str, seed
     assert faults["Redis emptied at the close"] == 1
     assert faults["Redis restarted empty, orders waiting in the DLQ"] == 1
     assert faults["malformed message"] == 3
+    assert faults["a pass key rotated mid-sale (one put: a new key active, the old kept)"] == 1
+    assert faults["the pass key ring unreadable in Secrets Manager (a failed refresh)"] == 1
+    assert faults["a forged pass with each exp (a junk signature)"] == 5
+    assert faults["a minted pass (the ring's key, ticket 0...0) for an entrant not admitted"] >= 1
     assert 0 <= report["draw"]["first_move_after_close_s"] <= 5
     assert {c["name"] for c in report["checks"]} >= {
         "the close's move recorded within 5 s",
@@ -349,4 +355,8 @@ def test_a_draw_under_chaos_holds_every_check(tmp_path: Path, sale_db: str, seed
         "every order's ticket below the cursor at its press",
         "seckill-draw verify passes for every winner and a sample of losers",
         "every 202 decided, none lost, none both",
+        "no valid pass refused NO_PASS, a key rotated mid-sale",
+        "the ring unreadable: the last good one served, no 5xx",
+        "every forged pass refused NO_PASS at the edge",
+        "no minted pass buys a unit",
     }

@@ -30,10 +30,10 @@ from seckill.edge import passkeys
 from seckill.edge.state import EdgeState
 from seckill.infra import results
 from seckill.press.gate import NO_PASS, NOT_ADMITTED, REFUSALS, SOLD_OUT
+from seckill_demo.forged import forged_passes
 from seckill_local.edge import BUCKET, KVS_ARN, EdgeServer, distribution, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
 from seckill_local.template import Template
-from tests.helpers import forged_passes
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
 
