@@ -923,10 +923,17 @@ def test_waves_due_during_a_paced_move_are_not_made_and_resume_after_its_last_st
     begin = int(redis.hget(keys.window(voucher_id), "begin"))
     decided = decide(db, redis, clock, voucher_id)
     assert (decided.steps, decided.last_at) == (10, begin + 9000)
-    # The wave at begin + 5 s falls during the steps: the next is the one at begin + 10 s.
+    # First the steps' relays to the edge, 10 s apart from the close (20 s before the opening)...
+    assert int(draw_row(db, voucher_id)["clock_at"]) == begin - 10_000  # due already
+    assert decide(db, redis, clock, voucher_id).tick is Tick.RELAY
+    assert int(draw_row(db, voucher_id)["clock_at"]) == begin
+    shift(db, redis, voucher_id, 4.1)  # the next relay's message due (5 s before the opening)
+    assert decide(db, redis, clock, voucher_id).tick is Tick.RELAY
+    # ... then the wave at begin + 5 s falls during the steps: the next is the one at begin + 10 s.
+    begin = int(redis.hget(keys.window(voucher_id), "begin"))
     assert int(draw_row(db, voucher_id)["clock_at"]) == begin + 10_000
     # Redis lost mid-steps: every step comes back, so each still applies at its time.
-    shift(db, redis, voucher_id, 9 + 3)  # three steps in effect
+    shift(db, redis, voucher_id, 8.5)  # three steps in effect
     before = cursor_in_redis(redis, voucher_id)
     redis.delete(*keys.gate_keys(voucher_id), keys.loaded())
     recover(db, redis, sqs, queues)
