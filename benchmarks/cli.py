@@ -105,7 +105,7 @@ PROFILES = {
         edge.Sizes(presses=3000, concurrency=8, rounds=3, changes=20),
         draw.Sizes(presses=1000, rounds=5, verifies=20_000),
         crowd.Sizes(users=3000, stock=30, rounds=3),
-        entries.Sizes(calls=1000, entries=3000, workers=4, rounds=5),
+        entries.Sizes(calls=1000, entries=2000, workers=4, rounds=5),
     ),
     "quick": Profile(
         experiment.Sizes(300, 3, 60, 1.0, (4, 8), inflight=12, mysql_pool=4, rounds=2),
