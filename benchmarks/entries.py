@@ -20,8 +20,9 @@ doing the same writes (``benchmarks/entry_floor.py``), in pools of as many
 processes. Each phase is a fresh voucher; the four phases of a round run in a
 rotating order; the figures are medians of rounds and the ratios medians of the
 rounds' own. Every phase is checked in MySQL: one entry per user, the kept count
-equal to the entries, the late numbers 1..N without a gap or a repeat. MySQL
-statements per entry come from the server's counters (the least disturbed round).
+equal to the entries, the late numbers 1..N without a gap or a repeat. The MySQL and
+Redis round trips of each call of (a) are counted in the process (``benchmarks.counters``);
+the floor's are its code's (3 before the close, 5 after).
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.counters import Counters
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.counters import MysqlRoundTrips
 from benchmarks.request_path import TURNS, Paths
 from benchmarks.stats import latency_ms, percentile
 from benchmarks.testbed import Services, StackInfo, far_id, on_sale_now
@@ -103,6 +107,8 @@ class Calls:
 
     def __init__(self, info: StackInfo) -> None:
         self.paths = Paths(info)
+        self.mysql = MysqlRoundTrips()
+        self.trips: dict[str, list[int]] = {c: [0, 0, 0] for c in CALLS}  # calls, MySQL, Redis round trips
         db, redis = self.paths.db, self.paths.redis
         self.voucher = {
             "enter_early": draw_voucher(db, redis, "early"),
@@ -137,6 +143,7 @@ class Calls:
         handler = self.paths.handler_cold if contender == "press_refused" else self.paths.handler_warm
         timer = self.paths.timer
         seconds, without, answers = [], [], []
+        mysql, redis = self.mysql.count, self.paths.round_trips.count
         for event, context in zip(events, contexts, strict=True):
             sent = timer.total
             started = time.perf_counter()
@@ -144,6 +151,10 @@ class Calls:
             took = time.perf_counter() - started
             seconds.append(took)
             without.append(took - (timer.total - sent))
+        trips = self.trips[contender]
+        trips[0] += count
+        trips[1] += self.mysql.count - mysql
+        trips[2] += self.paths.round_trips.count - redis
         for answer in answers:
             label, data = outcome(answer)
             late = contender == "enter_late"
@@ -173,11 +184,17 @@ class Calls:
         }
 
 
-def calls_report(rounds: list[dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
-    """Medians of rounds; each entry call against each press, the median of the rounds' ratios."""
+def calls_report(rounds: list[dict[str, dict[str, float]]], trips: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Medians of rounds; each entry call against each press, the median of the rounds'
+    ratios; MySQL and Redis round trips per call (counted in the process, every round)."""
     rows = []
     for contender in CALLS:
-        row: dict[str, Any] = {"contender": contender}
+        calls, mysql, redis = trips[contender]
+        row: dict[str, Any] = {
+            "contender": contender,
+            "mysql_round_trips": round(mysql / calls, 3),
+            "redis_round_trips": round(redis / calls, 3),
+        }
         for field in ("p50_us", "p99_us", "p50_us_without_transport"):
             row[field] = round(statistics.median(rd[contender][field] for rd in rounds), 1)
         if contender in ENTRY_CALLS:
@@ -220,10 +237,8 @@ class Rates:
         workers = self.sizes.workers
         pool = self.pools[(side, when)]
         pool.prepare([presses[i::workers] for i in range(workers)])
-        before = self.stack.counters.snapshot()
         results = pool.run()
-        after = self.stack.counters.snapshot()
-        return summarize(results, Counters.usage(before, after, n), n), self.check(voucher, when, n, results)
+        return summarize(results, n), self.check(voucher, when, n, results)
 
     def check(self, voucher: int, when: str, n: int, results: list[WorkerResult]) -> dict[str, Any]:
         def read(cursor: Any) -> dict[str, Any]:
@@ -280,13 +295,9 @@ class Rates:
         return rates_report(rounds), checks
 
 
-def summarize(results: list[WorkerResult], usage: Any, n: int) -> dict[str, Any]:
+def summarize(results: list[WorkerResult], n: int) -> dict[str, Any]:
     wall = max(r.ended for r in results) - min(r.started for r in results)
-    return {
-        "entries_per_s": round(n / wall, 1),
-        "latency": latency_ms([x for r in results for x in r.latencies]),
-        "usage": usage.to_json(),
-    }
+    return {"entries_per_s": round(n / wall, 1), "latency": latency_ms([x for r in results for x in r.latencies])}
 
 
 def rates_report(rounds: list[dict[tuple[str, str], dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -298,8 +309,6 @@ def rates_report(rounds: list[dict[tuple[str, str], dict[str, Any]]]) -> list[di
             "entry": when,
             "entries_per_s": round(statistics.median(f["entries_per_s"] for f in figures), 1),
             "latency": {q: round(statistics.median(f["latency"][q] for f in figures), 3) for q in ("p50", "p99")},
-            # The servers are shared: other clients only ever add.
-            "mysql_statements": min(f["usage"]["mysql_statements"] for f in figures),
             "per_round": [f["entries_per_s"] for f in figures],
         }
         if side == "handler":
@@ -329,4 +338,60 @@ def run(info: StackInfo, sizes: Sizes) -> dict[str, Any]:
         rows, checks = rates.run(progress)
     finally:
         rates.close()
-    return {"sizes": dataclasses.asdict(sizes), "calls": calls_report(rounds), "rates": rows, "checks": checks}
+    return {
+        "sizes": dataclasses.asdict(sizes),
+        "calls": calls_report(rounds, calls.trips),
+        "rates": rows,
+        "checks": checks,
+    }
+
+
+def print_entries(report: dict[str, Any], console: Console) -> None:
+    table = Table(
+        title="(9) A draw's entry route beside a press: SeckillApiFunction's handler, one process, one call at a "
+        "time, taking turns (µs, medians of rounds)"
+    )
+    for col in (
+        "call",
+        "p50 µs",
+        "p99 µs",
+        "p50 µs without SQS",
+        "p50 / accepted press",
+        "p50 / refused press",
+        "MySQL / Redis round trips",
+    ):
+        table.add_column(col, justify="left" if col == "call" else "right")
+    for r in report["calls"]:
+        vs = r.get("vs")
+        table.add_row(
+            r["contender"],
+            f"{r['p50_us']:,.1f}",
+            f"{r['p99_us']:,.1f}",
+            f"{r['p50_us_without_transport']:,.1f}",
+            f"{vs['press_accepted']['p50_us']:.2f}x" if vs else "",
+            f"{vs['press_refused']['p50_us']:.2f}x" if vs else "",
+            f"{r['mysql_round_trips']:.2f} / {r['redis_round_trips']:.2f}",
+        )
+    console.print(table)
+    s = report["sizes"]
+    table = Table(
+        title=f"(9) Entries per second on one draw voucher, {s['workers']} worker processes, {s['entries']:,} "
+        "entries a phase: the route's handler vs bare PyMySQL doing the same writes (medians of rounds)"
+    )
+    for col in ("entry", "side", "entries/s", "p50 ms", "p99 ms", "handler / floor"):
+        table.add_column(col, justify="left" if col in {"entry", "side"} else "right")
+    for r in report["rates"]:
+        table.add_row(
+            r["entry"],
+            r["side"],
+            f"{r['entries_per_s']:,.0f}",
+            f"{r['latency']['p50']:,.2f}",
+            f"{r['latency']['p99']:,.2f}",
+            f"{r['vs_floor']:.2f}x" if "vs_floor" in r else "",
+        )
+    console.print(table)
+    wrong = [c for c in report["checks"] if not c["exact"]]
+    console.print(
+        f"every phase's entries one per user, counted and numbered exactly in MySQL: {not wrong}"
+        + (f" (wrong: {wrong})" if wrong else "")
+    )

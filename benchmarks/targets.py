@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.crowd import print_crowd
+from benchmarks.entries import print_entries
 
 
 def _row(report: dict[str, Any], scenario: str, side: str = "ours") -> dict[str, Any] | None:
@@ -376,7 +377,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     if "crowd" in report:
         print_crowd(report["crowd"], console)
     if "entries" in report:
-        _print_entries(report["entries"], console)
+        print_entries(report["entries"], console)
     table = Table(title="Targets (issues 8 and 25)")
     for col in ("target", "goal", "measured", "", "by"):
         table.add_column(col, justify="left" if col == "target" else "right")
@@ -466,47 +467,4 @@ def _print_draw(draw: dict[str, Any], console: Console) -> None:
     console.print(
         f"the pass check alone (seckill.passes.verify of a valid pass): {draw['verify_us']:.1f} µs"
         + (f", {share:.1%} of an accepted draw press's p50" if share is not None else "")
-    )
-
-
-def _print_entries(report: dict[str, Any], console: Console) -> None:
-    table = Table(
-        title="(9) A draw's entry route beside a press: SeckillApiFunction's handler, one process, one call at a "
-        "time, taking turns (µs, medians of rounds)"
-    )
-    for col in ("call", "p50 µs", "p99 µs", "p50 µs without SQS", "p50 / accepted press", "p50 / refused press"):
-        table.add_column(col, justify="left" if col == "call" else "right")
-    for r in report["calls"]:
-        vs = r.get("vs")
-        table.add_row(
-            r["contender"],
-            f"{r['p50_us']:,.1f}",
-            f"{r['p99_us']:,.1f}",
-            f"{r['p50_us_without_transport']:,.1f}",
-            f"{vs['press_accepted']['p50_us']:.2f}x" if vs else "",
-            f"{vs['press_refused']['p50_us']:.2f}x" if vs else "",
-        )
-    console.print(table)
-    s = report["sizes"]
-    table = Table(
-        title=f"(9) Entries per second on one draw voucher, {s['workers']} worker processes, {s['entries']:,} "
-        "entries a phase: the route's handler vs bare PyMySQL doing the same writes (medians of rounds)"
-    )
-    for col in ("entry", "side", "entries/s", "p50 ms", "p99 ms", "MySQL statements/entry", "handler / floor"):
-        table.add_column(col, justify="left" if col in {"entry", "side"} else "right")
-    for r in report["rates"]:
-        table.add_row(
-            r["entry"],
-            r["side"],
-            f"{r['entries_per_s']:,.0f}",
-            _ms(r["latency"]["p50"]),
-            _ms(r["latency"]["p99"]),
-            f"{r['mysql_statements']:.1f}",
-            f"{r['vs_floor']:.2f}x" if "vs_floor" in r else "",
-        )
-    console.print(table)
-    wrong = [c for c in report["checks"] if not c["exact"]]
-    console.print(
-        f"every phase's entries one per user, counted and numbered exactly in MySQL: {not wrong}"
-        + (f" (wrong: {wrong})" if wrong else "")
     )
