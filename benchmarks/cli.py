@@ -14,6 +14,8 @@
                 accepted and duplicate; the pass check alone
   crowd         (8) whole local sales through the edge, a race vs a draw: the presses that reach
                 the function in the crowd's first second
+  entries       (9) a draw's entry route (early, late, the look-up) beside an accepted and a refused
+                press; entries per second from several workers vs bare PyMySQL doing the same writes
 
 Everything runs on this machine: the local Redis and MySQL (shared; the run makes
 its own database and keys and removes them), and an SQS stand-in of its own (fauxqs
@@ -21,7 +23,8 @@ by default, installed by make bench; --transport picks another). Writes
 <out>/latest.json and PNG plots, and prints the tables with the issue's targets.
 
 Exit codes: 0 measured (targets met or not), 1 a correctness check failed (a side
-did not sell exactly the stock, or a sale of (8) failed one of its checks), 2 Redis or
+did not sell exactly the stock, a sale of (8) failed one of its checks, or the entries of (9)
+were not one per user, counted and numbered exactly), 2 Redis or
 MySQL unreachable, or bad arguments.
 """
 
@@ -44,12 +47,23 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import cold_start, crowd, draw, edge, experiment, persister, request_path, targets, transport
+from benchmarks import (
+    cold_start,
+    crowd,
+    draw,
+    edge,
+    entries,
+    experiment,
+    persister,
+    request_path,
+    targets,
+    transport,
+)
 from benchmarks.servers import SERVERS, STAND_INS
 from benchmarks.testbed import BenchStack, StackInfo
 from seckill_local.checkout import ROOT
 
-SECTIONS = ("experiment", "transport", "path", "persister", "cold", "edge", "draw", "crowd")
+SECTIONS = ("experiment", "transport", "path", "persister", "cold", "edge", "draw", "crowd", "entries")
 BOUNDS = [
     "2 shared cores: load generator, handlers, Redis, MySQL and the SQS stand-in all compete for them; compare "
     "ratios measured side by side, not absolute figures.",
@@ -75,6 +89,7 @@ class Profile:
     edge: edge.Sizes
     draw: draw.Sizes
     crowd: crowd.Sizes
+    entries: entries.Sizes
 
 
 PROFILES = {
@@ -90,6 +105,7 @@ PROFILES = {
         edge.Sizes(presses=3000, concurrency=8, rounds=3, changes=20),
         draw.Sizes(presses=1000, rounds=5, verifies=20_000),
         crowd.Sizes(users=3000, stock=30, rounds=3),
+        entries.Sizes(calls=1000, entries=2000, workers=4, rounds=5),
     ),
     "quick": Profile(
         experiment.Sizes(300, 3, 60, 1.0, (4, 8), inflight=12, mysql_pool=4, rounds=2),
@@ -103,6 +119,7 @@ PROFILES = {
         edge.Sizes(presses=1000, concurrency=8, rounds=2, changes=10),
         draw.Sizes(presses=300, rounds=3, verifies=5000),
         crowd.Sizes(users=2000, stock=20, rounds=2),
+        entries.Sizes(calls=300, entries=1000, workers=4, rounds=3),
     ),
     "smoke": Profile(
         experiment.Sizes(30, 3, 6, 0.2, (2,), inflight=2, mysql_pool=1, rounds=1),
@@ -116,6 +133,7 @@ PROFILES = {
         edge.Sizes(presses=40, concurrency=2, rounds=1, changes=2),
         draw.Sizes(presses=20, rounds=1, verifies=100),
         crowd.Sizes(users=200, stock=4, rounds=1),
+        entries.Sizes(calls=20, entries=40, workers=2, rounds=1),
     ),
 }
 
@@ -238,11 +256,15 @@ def main(argv: list[str] | None = None) -> int:
         if "crowd" in args.only:
             args.out.mkdir(parents=True, exist_ok=True)
             out["crowd"] = crowd.run(stack.info, profile.crowd, args.out, _progress)
+        if "entries" in args.only:
+            _progress("entries: the entry route beside a press; entries/s from workers vs bare PyMySQL's same writes")
+            out["entries"] = _in_child(entries.run, stack.info, profile.entries)
     finally:
         stack.close()
     out["targets"] = targets.targets(out)
     failed = [c for c in out.get("experiment", {}).get("checks", []) if not c["exact"]]
     failed += [sale for sales in out.get("crowd", {}).get("rounds", []) for sale in sales.values() if not sale["ok"]]
+    failed += [c for c in out.get("entries", {}).get("checks", []) if not c["exact"]]
     out["meta"]["seconds"] = round(time.monotonic() - started, 1)
     out["meta"]["correct"] = not failed
     args.out.mkdir(parents=True, exist_ok=True)

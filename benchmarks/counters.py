@@ -65,6 +65,23 @@ class RoundTrips:
         AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
 
 
+class MysqlRoundTrips:
+    """MySQL round trips this process makes, counted where PyMySQL sends a command: one per
+    statement, COMMIT included."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        execute = pymysql.connections.Connection._execute_command
+
+        def counted(connection: pymysql.connections.Connection, command: int, sql: Any) -> None:
+            with self._lock:
+                self.count += 1
+            execute(connection, command, sql)
+
+        pymysql.connections.Connection._execute_command = counted  # type: ignore[method-assign]
+
+
 class Counters:
     """Reads both servers' counters on connections of its own."""
 

@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.request_path import TURNS, Paths
 from benchmarks.stats import percentile
 from benchmarks.testbed import StackInfo, far_id, on_sale_now
-from benchmarks.workers import outcome, press_event
+from benchmarks.workers import bench_token, outcome, press_event
 from seckill import passes, vouchers
 from seckill.draw import entries, moves
 from seckill.infra.timeutil import to_ms
@@ -43,10 +43,6 @@ class Sizes:
     presses: int  # per contender per kind per round
     rounds: int
     verifies: int  # passes.verify calls per round
-
-
-def token_of(user_id: int) -> str:
-    return f"bench-token-{user_id}"
 
 
 class DrawSale:
@@ -72,7 +68,7 @@ class DrawSale:
         self.passes: dict[int, str] = {}
         for user in users:
             entry = entries.enter(paths.db, self.voucher, user)
-            self.passes[user] = passes.sign(ring, self.voucher, user, token_of(user), entry.ticket, entry.expires)
+            self.passes[user] = passes.sign(ring, self.voucher, user, bench_token(user), entry.ticket, entry.expires)
         clock = moves.ClockQueue(paths.queue.sqs, info.queues["DrawClockQueue"])
         decided = moves.tick(paths.db, paths.redis, clock, moves.ClockMessage(self.voucher, to_ms(closes_at)))
         if (decided.tick, decided.admitted) != (moves.Tick.MOVED, len(users)):
@@ -97,7 +93,7 @@ class Presses:
     def event(self, mode: str, user: int, n: int) -> dict[str, Any]:
         event = press_event(self.paths.event, self.voucher[mode], user, n)
         headers = event.setdefault("headers", {})
-        headers["authorization"] = f"Bearer {token_of(user)}"
+        headers["authorization"] = f"Bearer {bench_token(user)}"
         if mode == "draw":
             headers[passes.PASS_HEADER] = self.sale.passes[user]
         return event
@@ -155,7 +151,7 @@ class Presses:
     def verify_us(self) -> float:
         """µs per ``passes.verify`` of a valid pass (the function's own check, alone)."""
         user = self.buyer["draw"]
-        shown, token, voucher, ring = self.sale.passes[user], token_of(user), self.sale.voucher, self.sale.ring
+        shown, token, voucher, ring = self.sale.passes[user], bench_token(user), self.sale.voucher, self.sale.ring
         n = self.sizes.verifies
         now = time.time()
         started = time.perf_counter()

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.crowd import print_crowd
+from benchmarks.entries import print_entries
 
 
 def _row(report: dict[str, Any], scenario: str, side: str = "ours") -> dict[str, Any] | None:
@@ -375,6 +376,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         _print_draw(report["draw"], console)
     if "crowd" in report:
         print_crowd(report["crowd"], console)
+    if "entries" in report:
+        print_entries(report["entries"], console)
     table = Table(title="Targets (issues 8 and 25)")
     for col in ("target", "goal", "measured", "", "by"):
         table.add_column(col, justify="left" if col == "target" else "right")

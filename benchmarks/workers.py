@@ -23,7 +23,7 @@ import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -62,6 +62,24 @@ def press_event(template: dict[str, Any], voucher_id: int, user_id: int, n: int)
     event["requestContext"]["authorizer"] = {"lambda": {"userId": str(user_id)}}
     event["requestContext"]["requestId"] = f"bench-{os.getpid()}-{n}"
     return event
+
+
+def entry_event(template: dict[str, Any], voucher_id: int, user_id: int, n: int) -> dict[str, Any]:
+    """``POST /voucher-order/seckill/{voucherId}/entry`` (``template`` the entry route's
+    event), the user logged in with ``bench_token(user_id)``."""
+    event = press_event(template, voucher_id, user_id, n)
+    path = f"/voucher-order/seckill/{voucher_id}/entry"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event.setdefault("headers", {})["authorization"] = f"Bearer {bench_token(user_id)}"
+    return event
+
+
+def bench_token(user_id: int) -> str:
+    """The login token a benchmark's user shows (a pass is bound to it)."""
+    return f"bench-token-{user_id}"
+
+
+MakeEvent = Callable[[dict[str, Any], int, int, int], dict[str, Any]]
 
 
 class CallTimer:
@@ -115,7 +133,9 @@ def outcome(response: dict[str, Any]) -> tuple[str, Any]:
     return f"{status} {body.get('code')}", None
 
 
-def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: Any, event_template: Any) -> None:
+def _serve(
+    conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: Any, event_template: Any, make_event: MakeEvent
+) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.environ.update(env)
@@ -135,7 +155,7 @@ def _serve(conn: Connection, fn: Function, env: dict[str, str], go: Any, pool: A
             conn.send(_storm(handler, fn, timer, ring, storm, k, n))
             continue
         presses = work
-        events = [press_event(event_template, v, u, n) for n, (v, u) in enumerate(presses)]
+        events = [make_event(event_template, v, u, n) for n, (v, u) in enumerate(presses)]
         contexts = [LocalContext(fn.logical_id, fn.timeout) for _ in events]
         latencies, sends = array("d"), array("d")
         responses = []
@@ -203,16 +223,27 @@ def storm_shares(storm: Storm, workers: int) -> list[tuple[Storm, int, int]]:
 
 
 class WorkerPool:
-    """``size`` processes serving one function; ``pool`` bounds the baseline's MySQL use."""
+    """``size`` processes serving one function; ``pool`` bounds the baseline's MySQL use;
+    ``make_event`` builds a request's event from ``event_template`` (a press's by default)."""
 
-    def __init__(self, fn: Function, env: dict[str, str], size: int, event_template: dict[str, Any], pool: Any = None):
+    def __init__(
+        self,
+        fn: Function,
+        env: dict[str, str],
+        size: int,
+        event_template: dict[str, Any],
+        pool: Any = None,
+        make_event: MakeEvent = press_event,
+    ):
         ctx = get_context("spawn")
         self.go = ctx.Event()
         self.conns: list[Connection] = []
         self.processes = []
         for _ in range(size):
             parent, child = ctx.Pipe()
-            process = ctx.Process(target=_serve, args=(child, fn, env, self.go, pool, event_template), daemon=True)
+            process = ctx.Process(
+                target=_serve, args=(child, fn, env, self.go, pool, event_template, make_event), daemon=True
+            )
             process.start()
             self.conns.append(parent)
             self.processes.append(process)

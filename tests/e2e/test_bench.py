@@ -15,7 +15,7 @@ from seckill_local.checkout import ROOT
 
 pytestmark = pytest.mark.e2e
 
-SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge", "draw", "crowd")
+SECTIONS = ("experiment", "transport", "request_path", "persister", "cold_start", "edge", "draw", "crowd", "entries")
 
 
 def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
@@ -126,6 +126,27 @@ def test_smallest_bench_runs_and_reports_every_section(tmp_path: Path) -> None:
     assert set(crowd["summary"]) == {"race", "draw"}
     assert "(8) The crowd's first second at the function" in done.stdout
     assert (tmp_path / "crowd-race.png").stat().st_size > 0
+
+    entries = report["entries"]
+    calls = {r["contender"]: r for r in entries["calls"]}
+    assert set(calls) == {"enter_early", "enter_late", "look_up", "press_accepted", "press_refused"}
+    for contender, row in calls.items():
+        assert 0 < row["p50_us"] <= row["p99_us"], row
+        assert ("vs" in row) is (contender in {"enter_early", "enter_late", "look_up"}), row
+    assert set(calls["enter_late"]["vs"]) == {"press_accepted", "press_refused"}
+    # Counted in the process: an entry makes at least its writes and COMMIT; a press makes none.
+    assert calls["enter_early"]["mysql_round_trips"] >= 3
+    assert calls["enter_late"]["mysql_round_trips"] >= 5
+    assert calls["press_refused"]["mysql_round_trips"] == 0
+    assert calls["press_refused"]["redis_round_trips"] >= 1
+    rates = {(r["side"], r["entry"]): r for r in entries["rates"]}
+    assert set(rates) == {(side, when) for side in ("handler", "floor") for when in ("early", "late")}
+    for (side, _), row in rates.items():
+        assert row["entries_per_s"] > 0
+        assert ("vs_floor" in row) is (side == "handler"), row
+    assert entries["checks"]
+    assert all(check["exact"] for check in entries["checks"]), entries["checks"]
+    assert "(9) Entries per second on one draw voucher" in done.stdout
 
     assert {"target", "goal", "measured", "met", "why"} <= set(report["targets"][0])
     for target in report["targets"]:  # a miss says why, from the same report
