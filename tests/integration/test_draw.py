@@ -309,9 +309,11 @@ def test_late_entries_number_themselves_in_order_while_the_clock_holds_the_draw_
     clock_thread.start()
     try:
         assert held.wait(10)
-        # Twelve users at once, each twice: every entry made while the row stays locked.
+        # Twelve users at once, each twice: every entry made while the row stays locked. (The
+        # core, each thread on a connection of its own: the handler serves one request at a
+        # time, as Lambda runs it, and its resolver's current event is one per process.)
         with ThreadPoolExecutor(8) as pool:
-            tickets = list(pool.map(lambda u: enter(call, voucher_id, u)["ticket"], users + users))
+            tickets = list(pool.map(lambda u: entries.enter(db, voucher_id, u).ticket, users + users))
     finally:
         release.set()
         clock_thread.join()

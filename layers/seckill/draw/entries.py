@@ -125,10 +125,10 @@ def _entry(cursor: DictCursor, voucher_id: int, user_id: int) -> tuple[str, bool
     return None if row is None else (row["ticket"], bool(row["late"]))
 
 
-def _open(cursor: DictCursor, voucher_id: int, user_id: int, lock: Lock) -> tuple[Draw, Entry | None]:
-    """The draw, its row locked as asked, and the user's entry if made already; ``Ended``
-    once the window is over or the sale stopped, ``NotADraw`` for a race."""
-    draw = read_draw(cursor, voucher_id, lock)
+def _open(cursor: DictCursor, voucher_id: int, user_id: int) -> tuple[Draw, Entry | None]:
+    """The draw and the user's entry if made already; ``Ended`` once the window is over or
+    the sale stopped, ``NotADraw`` for a race."""
+    draw = read_draw(cursor, voucher_id)
     if draw is None:
         raise NotADraw("this voucher is sold first come, first served: no entry")
     if draw.over:
@@ -140,53 +140,49 @@ def _open(cursor: DictCursor, voucher_id: int, user_id: int, lock: Lock) -> tupl
 def enter(db: Database, voucher_id: int, user_id: int) -> Entry:
     """The user's entry, stored (once) before this returns, and counted with it; the same
     ticket again for an entrant. ``Ended`` once the window is over or the sale stopped,
-    ``NotADraw`` for a race, ``NotFound`` for no such voucher."""
+    ``NotADraw`` for a race, ``NotFound`` for no such voucher. One transaction."""
 
-    def early(cursor: DictCursor) -> Entry | None:
-        """Under the shared lock: the entry, made now if the close has not passed; None once
-        it has (past the close, without waiting on the draw's row: the clock may hold it)."""
-        peek = read_draw(cursor, voucher_id)
-        if peek is not None and peek.now_ms >= peek.close_ms:
-            return None  # numbered by ``late``
-        draw, known = _open(cursor, voucher_id, user_id, " LOCK IN SHARE MODE")
+    def work(cursor: DictCursor) -> Entry:
+        draw, known = _open(cursor, voucher_id, user_id)
         if known is not None:
             return known
-        if draw.now_ms >= draw.close_ms:
-            return None  # numbered by ``late``
-        ticket = early_ticket(draw.seed, voucher_id, user_id)
-        # IGNORE: the same user entering twice at once gets the same ticket either way,
-        # and only the one whose row went in counts it.
-        cursor.execute(
-            "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
-            (voucher_id, user_id, ticket),
-        )
-        if cursor.rowcount == 1:
-            entrants.count(cursor, voucher_id, user_id)
-        return Entry(ticket, False, draw.end_ms // 1000)
-
-    def late(cursor: DictCursor) -> Entry:
-        """The close passed: the entry, numbered now if not made yet, by the late sequence
-        (``entrants.next_late``), not under the draw's row lock, which the clock takes."""
-        draw, known = _open(cursor, voucher_id, user_id, "")
-        if known is not None:
-            return known
+        expires = draw.end_ms // 1000
+        if draw.now_ms < draw.close_ms and _open_under_lock(cursor, voucher_id):
+            ticket = early_ticket(draw.seed, voucher_id, user_id)
+            # IGNORE: the same user entering twice at once gets the same ticket either way,
+            # and only the one whose row went in counts it.
+            cursor.execute(
+                "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
+                (voucher_id, user_id, ticket),
+            )
+            if cursor.rowcount == 1:
+                entrants.count(cursor, voucher_id, user_id)
+            return Entry(ticket, False, expires)
+        # Past the close: numbered by the late sequence, never waiting on the draw's row.
         ticket = late_ticket(entrants.next_late(cursor, voucher_id))
         cursor.execute(
             "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
             (voucher_id, user_id, ticket),
         )
         entrants.count(cursor, voucher_id, user_id)
-        return Entry(ticket, True, draw.end_ms // 1000)
+        return Entry(ticket, True, expires)
 
-    entry = db.run(early)
-    if entry is not None:
-        return entry
     try:
-        return db.run(late)
+        return db.run(work)
     except pymysql.err.IntegrityError:
-        # The same user's other request entered first: its entry stands, and this one's
-        # rollback gave its number back, so late numbers have no gap.
-        return db.run(late)
+        # The same user's other request entered late first: its entry stands, and this
+        # one's rollback gave its number back, so late numbers have no gap.
+        return db.run(work)
+
+
+def _open_under_lock(cursor: DictCursor, voucher_id: int) -> bool:
+    """Whether the draw is still open, by the database's clock, under a shared lock on its
+    row: the close's move takes it exclusively, so it counts every entry made under it."""
+    cursor.execute(
+        "SELECT UTC_TIMESTAMP(3) < close_time AS open FROM tb_draw WHERE voucher_id = %s LOCK IN SHARE MODE",
+        (voucher_id,),
+    )
+    return bool(cursor.fetchone()["open"])  # type: ignore[index]  # _open found the draw
 
 
 def enter_with_pass(db: Database, ring: passes.KeyRing, voucher_id: int, user_id: int, token: str) -> dict[str, Any]:
