@@ -66,20 +66,24 @@ class RoundTrips:
 
 
 class MysqlRoundTrips:
-    """MySQL round trips this process makes, counted where PyMySQL sends a command: one per
-    statement, COMMIT included."""
+    """MySQL round trips this process makes, counted at PyMySQL's public methods that send
+    one: ``query`` (every statement a cursor executes), ``commit`` and ``rollback``."""
 
     def __init__(self) -> None:
         self.count = 0
         self._lock = threading.Lock()
-        execute = pymysql.connections.Connection._execute_command
+        for name in ("query", "commit", "rollback"):
+            self._count_calls(name)
 
-        def counted(connection: pymysql.connections.Connection, command: int, sql: Any) -> None:
+    def _count_calls(self, name: str) -> None:
+        sent = getattr(pymysql.connections.Connection, name)
+
+        def counted(connection: pymysql.connections.Connection, *args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 self.count += 1
-            execute(connection, command, sql)
+            return sent(connection, *args, **kwargs)
 
-        pymysql.connections.Connection._execute_command = counted  # type: ignore[method-assign]
+        setattr(pymysql.connections.Connection, name, counted)
 
 
 class Counters:
