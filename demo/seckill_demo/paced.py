@@ -6,6 +6,7 @@ function per second are set against the rate, in the report and a plot."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,30 @@ from seckill_demo.draw_moves import DrawStore, admitted_per_second
 from seckill_demo.faults import rng
 from seckill_demo.load import Press
 from seckill_demo.report import Check
+from seckill_ops.capacity.pace import recommend
+from seckill_ops.capacity.profile import Profile
 
 # Presses reaching the function in a second, at most this many times admitRate x presses per buyer:
 # each buyer presses within a second of its step, so two steps' presses may share a second.
 PRESS_MARGIN = 1.5
+
+
+def recommended(args: argparse.Namespace) -> str:
+    """What seckill-capacity recommends for the run's shape on AWS's default quotas, beside the run's own rate."""
+    profile = Profile(
+        users=args.users, presses=args.presses, stock=args.stock, seconds=10, admit_factor=args.admit_factor,
+        draw_close_seconds=args.draw_close, wave_seconds=args.wave_seconds,
+    )  # fmt: skip
+    pacing = recommend(profile)
+    shape = f"{args.users:,} users x {args.presses} presses, {args.stock:,} units"
+    if pacing.rate is None:
+        return f"seckill-capacity: no admitRate keeps {shape} under AWS's default quotas"
+    wall = "" if pacing.wall is None else f"; one more a second meets {pacing.wall.layer}'s {pacing.wall.quota}"
+    return (
+        f"seckill-capacity recommends admitRate {pacing.rate:,} for {shape} on AWS's default quotas (the first "
+        f"move's {pacing.move:,.0f} all admitted by {pacing.admission_seconds} s after the opening{wall}); this "
+        f"run paces at {args.admit_rate:,}"
+    )
 
 
 def paced_plan(

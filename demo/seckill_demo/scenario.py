@@ -45,7 +45,7 @@ from seckill_demo.edge_faults import edge_faults, edge_faults_table
 from seckill_demo.holds import HoldsRun
 from seckill_demo.holds_outcome import HoldsOutcome, check_holds, check_known, return_lag
 from seckill_demo.load import TOKEN_TTL, promised
-from seckill_demo.paced import check_function_pace, paced_figures, paced_plan, plot_paced
+from seckill_demo.paced import check_function_pace, paced_figures, paced_plan, plot_paced, recommended
 from seckill_demo.pass_faults import (
     MintedOrders,
     PassFaults,
@@ -75,6 +75,8 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         page = page_url(sale.stack.edge.url, args.shop_id, sale.voucher_id)
         console.print(f"the buyer's page, while the sale runs: {page} (a token: seckill-tokens)", soft_wrap=True)
 
+    if args.admit_rate is not None:
+        console.print(recommended(args))
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge
     entries: dict[int, Entry] = {}

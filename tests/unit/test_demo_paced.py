@@ -4,6 +4,7 @@ and presses made up here: the close at CLOSE, the opening 5 s later, admitRate 3
 
 from __future__ import annotations
 
+import argparse
 import io
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from rich.table import Table
 from seckill_demo.draw import DrawRun, Entry
 from seckill_demo.draw_moves import DrawStore, Move, check_moves
 from seckill_demo.load import Press
-from seckill_demo.paced import check_function_pace, paced_figures, paced_plan, plot_paced
+from seckill_demo.paced import check_function_pace, paced_figures, paced_plan, plot_paced, recommended
 from seckill_demo.report import draw_rows
 
 CLOSE = 1_800_000_000.0
@@ -173,6 +174,17 @@ def test_the_pace_rows_and_plot(tmp_path: Path) -> None:
     said = plot_paced(run, store(), presses, tmp_path / "pace.png", "paced")
     assert said == f"pace plot: {tmp_path / 'pace.png'}"
     assert (tmp_path / "pace.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_run_says_what_the_model_recommends_for_its_shape() -> None:
+    shape = {"presses": 3, "admit_factor": 2, "draw_close": 5, "wave_seconds": 5, "admit_rate": 200}
+    said = recommended(argparse.Namespace(users=20_000, stock=2_000, **shape))
+    # The first move's 4,000 presses x 3 in one second would pass Lambda's 10 x 1,000 invocations a second.
+    assert said.startswith("seckill-capacity recommends admitRate 1,666 for 20,000 users x 3 presses, 2,000 units")
+    assert "the first move's 4,000 all admitted by 2 s after the opening; one more a second meets Lambda's" in said
+    assert said.endswith("this run paces at 200")
+    # Few enough to admit at once: the whole move is the rate.
+    assert "recommends admitRate 400 " in recommended(argparse.Namespace(users=1_000, stock=200, **shape))
 
 
 DRAW_FIGURES = {
