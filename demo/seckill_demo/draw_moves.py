@@ -23,6 +23,8 @@ CLOSE_MOVE_WITHIN = 5.0
 # An entry stored this long before a move was committed when it was decided: a move that
 # admitted fewer than admitFactor x units must have admitted it.
 ENTRY_SETTLED = 1.0
+# The opening as the demo knows it (microseconds) and as the draw stored it (milliseconds).
+BEGIN_MS = 0.001
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def check_steps(store: DrawStore, run: DrawRun) -> Check:
         later = run.opened if n == 0 else steps[0].at
         due = [steps[0].at] + [later + k for k in range(1, len(steps))]
         numbered = [m.step for m in steps] == list(range(len(steps)))
-        if not numbered or any(abs(m.at - at) > 0.0005 for m, at in zip(steps, due, strict=True)):
+        if not numbered or any(abs(m.at - at) > BEGIN_MS for m, at in zip(steps, due, strict=True)):
             apart.append(
                 f"the move at {steps[0].at - store.close:+.3f} s from the close: steps "
                 + ", ".join(f"{m.step} at {m.at - store.close:+.3f} s" for m in steps[:4])

@@ -87,6 +87,8 @@ def test_steps_not_one_second_apart_or_not_in_the_record_fail() -> None:
     # The close's later steps from the close on, not from the opening: one per second still.
     early = [steps()[0], *(replace(m, at=CLOSE + m.step) for m in steps()[1:4]), *steps()[4:]]
     assert failed(store(early)) == [STEPS]
+    # The opening the demo asked for has microseconds, the one the draw stored milliseconds.
+    assert failed(store(), replace(draw_run(), opened=OPENED + 0.0009)) == []
     # A step the record does not show.
     run = draw_run()
     missing = {**run.record, "cursorHistory": run.record["cursorHistory"][:-1]}
