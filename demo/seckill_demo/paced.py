@@ -1,6 +1,6 @@
 """A paced draw in the main job (``--admission draw --admit-rate N``): each entrant presses
 once the step admitting it is in effect, as a client that reads its step's ``at`` in the
-draw record would, and the others while the steps go on (the edge refuses them). After
+draw record would, and the others once while the steps go on (the edge refuses them). After
 the sale, the admissions per second (MySQL's steps) and the presses that reached the
 function per second are set against the rate, in the report and a plot."""
 
@@ -46,7 +46,8 @@ def paced_plan(
 ) -> list[tuple[float, int]]:
     """(epoch seconds, user) of every press, by time: an entrant the record's steps admit
     presses within a second after its step takes effect; the others (never admitted, or
-    without an entry) at random moments from the first step to a second after the last."""
+    without an entry) once, at a random moment from the first step to a second after the
+    last: told they are not admitted, a waiting client waits for its turn, not pressing on."""
     cursor = Cursor(record)
     if not cursor.ats:
         raise RuntimeError("the draw record shows no move at the opening: nobody could be paced")
@@ -60,8 +61,10 @@ def paced_plan(
             if entry is None
             else next((a for a, c in zip(cursor.ats, cursor.cursors, strict=True) if entry.ticket < c), None)
         )
-        for _ in range(presses):
-            plan.append((draw.uniform(start, end) if at is None else at + draw.random(), user))
+        if at is None:
+            plan.append((draw.uniform(start, end), user))
+        else:
+            plan += [(at + draw.random(), user) for _ in range(presses)]
     return sorted(plan)
 
 
