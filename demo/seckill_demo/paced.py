@@ -33,11 +33,12 @@ def recommended(args: argparse.Namespace) -> str:
     shape = f"{args.users:,} users x {args.presses} presses, {args.stock:,} units"
     if pacing.rate is None:
         return f"seckill-capacity: no admitRate keeps {shape} under AWS's default quotas"
+    seconds = pacing.admission_seconds
+    when = "admitted at once" if not seconds else f"all admitted by {seconds} s after the opening"
     wall = "" if pacing.wall is None else f"; one more a second meets {pacing.wall.layer}'s {pacing.wall.quota}"
     return (
         f"seckill-capacity recommends admitRate {pacing.rate:,} for {shape} on AWS's default quotas (the first "
-        f"move's {pacing.move:,.0f} all admitted by {pacing.admission_seconds} s after the opening{wall}); this "
-        f"run paces at {args.admit_rate:,}"
+        f"move's {pacing.move:,.0f} {when}{wall}); this run paces at {args.admit_rate:,}"
     )
 
 

@@ -187,7 +187,9 @@ def test_the_run_says_what_the_model_recommends_for_its_shape() -> None:
     assert "the first move's 4,000 all admitted by 2 s after the opening; one more a second meets Lambda's" in said
     assert said.endswith("this run paces at 200")
     # Few enough to admit at once: the whole move is the rate.
-    assert "recommends admitRate 400 " in recommended(argparse.Namespace(users=1_000, stock=200, **shape))
+    said = recommended(argparse.Namespace(users=1_000, stock=200, **shape))
+    assert "recommends admitRate 400 for 1,000 users x 3 presses, 200 units" in said
+    assert "(the first move's 400 admitted at once)" in said
 
 
 DRAW_FIGURES = {
