@@ -268,6 +268,7 @@ class DrawRun:
     presses_per_user: int
     skew: float  # how near a move the edge may forward a press it cannot place
     again: Counter[int] = field(default_factory=Counter)  # admitted users asked to press again (admitted_crowd)
+    rate: int | None = None  # a paced draw's admitRate
 
     def seen(self, press: Press) -> tuple[float, float]:
         """When the edge may have seen the press (epoch seconds): between its sending and its

@@ -14,7 +14,7 @@ from seckill.draw.tickets import move_size
 from seckill.infra import keys
 from seckill.infra.db import Database
 from seckill.infra.timeutil import from_db
-from seckill_demo.draw import DrawRun
+from seckill_demo.draw import DrawRun, epoch
 from seckill_demo.load import Press
 from seckill_demo.report import Check
 
@@ -23,6 +23,8 @@ CLOSE_MOVE_WITHIN = 5.0
 # An entry stored this long before a move was committed when it was decided: a move that
 # admitted fewer than admitFactor x units must have admitted it.
 ENTRY_SETTLED = 1.0
+# The opening as the demo knows it (microseconds) and as the draw stored it (milliseconds).
+BEGIN_MS = 0.001
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Move:
     admitted: int
     units: int
     decided: float  # epoch seconds it was recorded (the database's clock)
+    step: int = 0  # a paced move's steps: 0, 1, 2, ...; an unpaced move is its step 0
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class DrawStore:
             cursor.execute("SELECT close_time FROM tb_draw WHERE voucher_id = %s", (voucher_id,))
             close = from_db(cursor.fetchone()["close_time"]).timestamp()
             cursor.execute(
-                "SELECT at_ms, cursor_after, admitted, units, decide_time FROM tb_draw_move WHERE voucher_id = %s"
+                "SELECT at_ms, cursor_after, admitted, units, decide_time, step FROM tb_draw_move WHERE voucher_id = %s"
                 " ORDER BY at_ms",
                 (voucher_id,),
             )
@@ -61,6 +64,7 @@ class DrawStore:
                     int(r["admitted"]),
                     int(r["units"]),
                     from_db(r["decide_time"]).timestamp(),
+                    int(r["step"]),
                 )
                 for r in cursor.fetchall()
             ]
@@ -86,13 +90,75 @@ class DrawStore:
 
 
 def check_moves(store: DrawStore, run: DrawRun, presses: list[Press], commitment: str | None) -> list[Check]:
-    """The draw's checks from what MySQL recorded (``commitment``: the record's before the close)."""
-    return [
+    """The draw's checks from what MySQL recorded (``commitment``: the record's before the close);
+    a paced draw's pace and steps too."""
+    checks = [
         check_close_move(store),
         check_nothing_before_move(store, run, presses),
         check_sizes(store, run),
         check_survived(store, run, commitment),
     ]
+    if run.rate is not None:
+        checks += [check_pace(store, run.rate), check_steps(store, run)]
+    return checks
+
+
+def grouped(moves: list[Move]) -> list[list[Move]]:
+    """The recorded rows (by ``at``) as moves, each its steps: a move's steps come before the next move."""
+    groups: list[list[Move]] = []
+    for move in moves:
+        if move.step == 0 or not groups:
+            groups.append([move])
+        else:
+            groups[-1].append(move)
+    return groups
+
+
+def admitted_per_second(store: DrawStore) -> dict[int, int]:
+    """Epoch second -> the entrants newly admitted by the steps taking effect within it."""
+    seconds: dict[int, int] = {}
+    for move in store.moves:
+        seconds[int(move.at // 1)] = seconds.get(int(move.at // 1), 0) + move.admitted
+    return seconds
+
+
+def check_pace(store: DrawStore, rate: int) -> Check:
+    """No second admits more than ``admitRate`` new entrants (the steps taking effect in it, summed)."""
+    seconds = admitted_per_second(store)
+    over = sorted((s, n) for s, n in seconds.items() if n > rate)
+    return Check(
+        "no second admitted more than admitRate",
+        not over,
+        f"at most {max(seconds.values(), default=0):,} admitted in a second over {len(seconds)} seconds with "
+        f"admissions, admitRate {rate:,}"
+        + "".join(f"; {n:,} in the second {s - store.close:+.0f} s from the close" for s, n in over[:3]),
+    )
+
+
+def check_steps(store: DrawStore, run: DrawRun) -> Check:
+    """The record's ``cursorHistory`` is MySQL's steps, at their times and cursors; within a
+    move they are one second apart: the first at the move's time, the later ones the close's
+    from the opening on (``beginTime`` + 1 s, + 2 s, ...), a wave's right after it."""
+    history = [(round(epoch(m["at"]), 3), str(m["cursor"])) for m in run.record.get("cursorHistory") or []]
+    recorded = [(round(m.at, 3), m.cursor) for m in store.moves]
+    apart: list[str] = []
+    for n, steps in enumerate(grouped(store.moves)):
+        later = run.opened if n == 0 else steps[0].at
+        due = [steps[0].at] + [later + k for k in range(1, len(steps))]
+        numbered = [m.step for m in steps] == list(range(len(steps)))
+        if not numbered or any(abs(m.at - at) > BEGIN_MS for m, at in zip(steps, due, strict=True)):
+            apart.append(
+                f"the move at {steps[0].at - store.close:+.3f} s from the close: steps "
+                + ", ".join(f"{m.step} at {m.at - store.close:+.3f} s" for m in steps[:4])
+            )
+    return Check(
+        "every step as recorded",
+        history == recorded and not apart,
+        f"{len(recorded)} steps in MySQL, {len(history)} in the record's cursorHistory"
+        + ("" if history == recorded else " (they differ)")
+        + f"; {len(grouped(store.moves)) - len(apart)} of {len(grouped(store.moves))} moves' steps one second apart"
+        + "".join(f"; {a}" for a in apart[:2]),
+    )
 
 
 def check_close_move(store: DrawStore) -> Check:
@@ -128,28 +194,41 @@ def check_nothing_before_move(store: DrawStore, run: DrawRun, presses: list[Pres
 
 def check_sizes(store: DrawStore, run: DrawRun) -> Check:
     """The cursor never moves back, and each move admits exactly what it says: the entrants
-    between the cursor before and after it, at most admitFactor x its units, and all who
-    were waiting when it admitted fewer."""
+    between the cursor before and after each of its steps, at most admitFactor x its units,
+    and all who were waiting when it admitted fewer; a paced move in steps of exactly
+    admitRate, the last the rest."""
     back = [(a.cursor, b.cursor) for a, b in itertools.pairwise(store.moves) if b.cursor < a.cursor]
     wrong: list[str] = []
     previous = ""
-    for move in store.moves:
-        between = sum(previous <= ticket < move.cursor for ticket, _ in store.entries.values())
+    for steps in grouped(store.moves):
+        first, admitted = steps[0], sum(m.admitted for m in steps)
         waiting = sum(
-            ticket >= previous and stored < move.decided - ENTRY_SETTLED for ticket, stored in store.entries.values()
+            ticket >= previous and stored < first.decided - ENTRY_SETTLED for ticket, stored in store.entries.values()
         )
-        bound = run.factor * move.units
-        if between != move.admitted or move.admitted > bound or (move.admitted < bound and waiting > move.admitted):
+        between = []
+        for step in steps:
+            between.append(sum(previous <= ticket < step.cursor for ticket, _ in store.entries.values()))
+            previous = max(previous, step.cursor)
+        sizes = [m.admitted for m in steps]
+        bound = run.factor * first.units
+        paced = (
+            len(steps) == 1
+            if run.rate is None
+            else all(n == run.rate for n in sizes[:-1])
+            and 0 <= sizes[-1] <= run.rate
+            and (len(steps) == 1 or sizes[-1] > 0)
+        )
+        if between != sizes or admitted > bound or (admitted < bound and waiting > admitted) or not paced:
             wrong.append(
-                f"the move at {move.at - store.close:+.1f} s from the close admitted {move.admitted} "
-                f"({between} between its cursors, {waiting} waiting, {move.units} units: "
-                f"{move_size(waiting, run.factor, move.units)} due)"
+                f"the move at {first.at - store.close:+.1f} s from the close admitted {admitted} in {len(steps)} "
+                f"steps of {sizes[:3]}{'...' if len(sizes) > 3 else ''} ({sum(between)} between its cursors, "
+                f"{waiting} waiting, {first.units} units: {move_size(waiting, run.factor, first.units)} due)"
             )
-        previous = max(previous, move.cursor)
+    moves = grouped(store.moves)
     return Check(
         "the cursor never moves back, each move of its exact size",
         not back and not wrong,
-        f"{len(store.moves)} moves, {sum(m.admitted for m in store.moves)} admitted"
+        f"{len(moves)} moves in {len(store.moves)} steps, {sum(m.admitted for m in store.moves)} admitted"
         + "".join(f"; back from {a} to {b}" for a, b in back[:2])
         + "".join(f"; {w}" for w in wrong[:3]),
     )

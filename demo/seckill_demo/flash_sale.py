@@ -39,7 +39,7 @@ from seckill.infra.clients import redis_client
 from seckill.infra.config import Settings
 from seckill.infra.db import Credentials, Database
 from seckill.migrate import migrate
-from seckill.vouchers import HOLD_SECONDS, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
+from seckill.vouchers import HOLD_SECONDS, MAX_ADMIT_RATE, MAX_HOLD_SECONDS, MIN_HOLD_SECONDS
 from seckill_demo.chaos import Chaos
 from seckill_demo.deployed import run_deployed_sale
 from seckill_demo.pass_faults import KEYS_SECRET, keys_secret
@@ -178,6 +178,13 @@ def parser() -> argparse.ArgumentParser:
         "--admit-factor", type=int, default=2, help="the voucher's admitFactor, 1..100 (default %(default)s)"
     )
     draw.add_argument(
+        "--admit-rate",
+        type=int,
+        help=f"the voucher's admitRate, 1..{MAX_ADMIT_RATE:,}: the most entrants newly admitted in any second, a "
+        "larger move admitted in steps one second apart; each entrant presses once its step is in effect, and the "
+        "report and a plot show the pace (default: none, every move admitted at once)",
+    )
+    draw.add_argument(
         "--draw-close",
         type=int,
         default=5,
@@ -263,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, (low, high) in draw_options.items():
         if not low <= getattr(args, name) <= high:
             parser().error(f"--{name.replace('_', '-')} must be {low} to {high}")
+    if args.admit_rate is not None and not 1 <= args.admit_rate <= MAX_ADMIT_RATE:
+        parser().error(
+            f"--admit-rate must be 1 to {MAX_ADMIT_RATE:,} (the contract's admitRate), not {args.admit_rate}"
+        )
+    if args.admit_rate is not None and args.admission != "draw":
+        parser().error("--admit-rate paces a draw's admission: it needs --admission draw")
     if not 0 <= args.late <= 1:
         parser().error("--late is a share of the entrants: 0 to 1")
     if args.admission == "draw" and args.endpoint:

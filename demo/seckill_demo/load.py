@@ -49,12 +49,17 @@ def fire(
     on_win: Callable[[Press], None] = lambda press: None,
     passes: Mapping[int, str] | None = None,
     on_lost: Callable[[Press], None] = lambda press: None,
+    timed: list[tuple[float, int]] | None = None,
 ) -> tuple[list[Press], float]:
     """Every press of every user, in an order drawn from ``seed``; (the answers, seconds taken).
     ``on_win`` is told of every press answered 202 as soon as it is, ``on_lost`` of every press
-    whose answer was lost. A user with a pass in ``passes`` (a draw sale's) sends it with each press."""
-    plan = [user for user in tokens for _ in range(presses)]
-    rng(seed, "plan").shuffle(plan)
+    whose answer was lost. A user with a pass in ``passes`` (a draw sale's) sends it with each press.
+    ``timed`` (epoch seconds, user), by time: the presses instead, each sent no earlier than its time."""
+    if timed is None:
+        users = [user for user in tokens for _ in range(presses)]
+        rng(seed, "plan").shuffle(users)
+        timed = [(0.0, user) for user in users]
+    plan = [user for _, user in timed]
     url = f"{api_url}/voucher-order/seckill/{voucher_id}"
     task = progress.add_task("firing presses", total=len(plan))
     done = iter(range(1, len(plan) + 1))  # next() on a shared iterator is atomic under the GIL
@@ -65,6 +70,7 @@ def fire(
     def press(index: int) -> list[Press]:
         """One press, as the app would make it: 503 TRY_AGAIN is retried after a short pause."""
         user_id = plan[index]
+        time.sleep(max(0.0, timed[index][0] - time.time()))
         attempts = [attempt(user_id)]
         pauses = rng(seed, "pauses", index)
         while attempts[-1].code == "TRY_AGAIN" and len(attempts) <= TRY_AGAIN_RETRIES:

@@ -63,6 +63,7 @@ class Report:
     plot: str = ""  # the stock plot's path, or why there is none
     edge: dict[str, Any] | None = None  # what the edge answered and how soon (seckill_demo.edge); None: no edge
     edge_plot: str = ""  # the edge plot's path
+    paced_plot: str = ""  # a paced draw's plot of admissions and presses per second (seckill_demo.paced)
     function_time: dict[str, Any] | None = None  # the press route's own time (seckill_demo.timing); None: not measured
     return_lag: dict[str, Any] | None = None  # payBy -> the unit back on sale (seckill_demo.holds.return_lag)
     draw: dict[str, Any] | None = None  # entrants, admitted, moves... (seckill_demo.draw); None: a race
@@ -352,6 +353,19 @@ def draw_rows(table: Table, draw: dict[str, Any]) -> None:
         f"{draw['highest_winning_ticket'] or '-'} / {draw['cursor_at_that_win'] or '-'}",
     )
     table.add_row("draw: first cursor / final cursor", f"{draw['first_move'] or '-'} / {draw['final_cursor'] or '-'}")
+    paced = draw.get("paced")
+    if paced is not None:
+        table.add_row(
+            f"draw: paced at admitRate {paced['admit_rate']:,}: steps / admission took",
+            f"{paced['steps']} / {paced['admission_seconds']:.0f} s",
+        )
+        table.add_row(
+            "draw: most admitted in a second / admitRate", f"{paced['peak_admitted']:,} / {paced['admit_rate']:,}"
+        )
+        table.add_row(
+            "draw: most presses at the function in a second / bound",
+            f"{paced['peak_function']:,} / {paced['press_bound']:,.0f}",
+        )
     lag = draw.get("first_move_after_close_s")
     table.add_row("draw: first move recorded after the close", "never" if lag is None else f"{lag:.1f} s")
 
@@ -413,7 +427,7 @@ def render(report: Report, console: Console | None = None) -> None:
         draw_rows(table, report.draw)
     table.add_row("seed", str(report.seed))
     out.print(table)
-    for plot in (report.plot, report.edge_plot):
+    for plot in (report.plot, report.edge_plot, report.paced_plot):
         if plot:
             out.print(plot, soft_wrap=True)  # a path must stay whole to be copied
     if report.faults:

@@ -97,7 +97,7 @@ class Sale:
                 "admitFactor": self.args.admit_factor,
                 "drawCloseSeconds": self.args.draw_close,
                 "waveSeconds": self.args.wave_seconds,
-            }
+            } | ({} if self.args.admit_rate is None else {"admitRate": self.args.admit_rate})
         self.opens_at = begin.timestamp()
         self.voucher_id = self.admin.create_seckill_voucher(
             {
@@ -123,8 +123,9 @@ class Sale:
         on_press: Callable[[int], None] = lambda done: None,
         on_win: Callable[[Press], None] = lambda press: None,
         on_lost: Callable[[Press], None] = lambda press: None,
+        timed: list[tuple[float, int]] | None = None,
     ) -> tuple[list[Press], float]:
-        """Every user's presses (see ``seckill_demo.load``)."""
+        """Every user's presses (see ``seckill_demo.load``), at their times if ``timed``."""
         args = self.args
         return fire(
             self.http,
@@ -139,6 +140,7 @@ class Sale:
             on_win,
             self.passes,
             on_lost,
+            timed,
         )
 
     def redeliver(self, presses: list[Press]) -> int:

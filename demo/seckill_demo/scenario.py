@@ -45,6 +45,7 @@ from seckill_demo.edge_faults import edge_faults, edge_faults_table
 from seckill_demo.holds import HoldsRun
 from seckill_demo.holds_outcome import HoldsOutcome, check_holds, check_known, return_lag
 from seckill_demo.load import TOKEN_TTL, promised
+from seckill_demo.paced import check_function_pace, paced_figures, paced_plan, plot_paced, recommended
 from seckill_demo.pass_faults import (
     MintedOrders,
     PassFaults,
@@ -74,6 +75,8 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         page = page_url(sale.stack.edge.url, args.shop_id, sale.voucher_id)
         console.print(f"the buyer's page, while the sale runs: {page} (a token: seckill-tokens)", soft_wrap=True)
 
+    if args.admit_rate is not None:
+        console.print(recommended(args))
     holds_on = bool(args.no_show or args.cancel) or args.hold is not None
     edge = sale.stack.edge
     entries: dict[int, Entry] = {}
@@ -86,6 +89,11 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         at_close = None if chaos is None else CloseFaults(chaos, sale, tokens, reconciled).at_close
         with progress_bars() as progress:
             entries, passless = open_draw(sale, tokens, progress, at_close)
+    timed = None
+    if entries and args.admit_rate is not None and chaos is None:
+        # Each entrant presses once its step is in effect, as the record (every step decided at the close) says.
+        timed = paced_plan(fetch_record(sale.user_url, sale.voucher_id, sale.http), entries, passless, args.presses,
+                           args.seed)  # fmt: skip
     offset = time.time() - time.monotonic()  # a press's sent time in epoch seconds
     counted = None if edge is None else edge.stats()  # the readiness probes (and the entries) went through it too
     with ExitStack() as stack, progress_bars() as progress, StockSampler(sale.redis, sale.voucher_id) as sampler:
@@ -113,7 +121,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
             if pass_faults is not None:
                 pass_faults.wave_one_over.set()
         else:
-            presses, wall = sale.fire(tokens, progress, on_win=on_win, on_lost=on_lost)
+            presses, wall = sale.fire(tokens, progress, on_win=on_win, on_lost=on_lost, timed=timed)
         sampler.mark("wave 1 ends")
         if run is not None and chaos is not None:
             # From here to the end: Redis answers lost, those of the gives-back among them.
@@ -143,7 +151,7 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         record = revealed_record(sale)
         draw_run = DrawRun(
             sale.voucher_id, record, entries, passless, sale.opens_at, offset, args.admit_factor, args.stock,
-            args.presses, EDGE_SKEW, again,
+            args.presses, EDGE_SKEW, again, args.admit_rate,
         )  # fmt: skip
     plot_path = args.plot or (Path(f"seckill-sale-{sale.voucher_id}-stock.png") if holds_on else None)
     plot = "" if plot_path is None else sampler.plot(plot_path, f"voucher {sale.voucher_id}: Redis stock")
@@ -226,6 +234,13 @@ def run_local_sale(sale: LocalSale, chaos: Chaos | None, creds: Credentials) -> 
         report.draw = draw_figures(draw_run, presses) | {"first_move_after_close_s": store.first_move_after_close}
         report.checks.extend(check_draw(draw_run, presses, report.draw, outcome.orders, args.seed))
         report.checks.extend(check_moves(store, draw_run, presses, commitment))
+        if draw_run.rate is not None:
+            report.draw["paced"] = paced_figures(draw_run, store, presses)
+            report.checks.append(check_function_pace(draw_run, presses))
+            folder = args.edge_plot.parent if args.edge_plot else Path()
+            pace_path = folder / f"seckill-sale-{sale.voucher_id}-pace.png"
+            pace_title = f"voucher {sale.voucher_id}: admission paced at {draw_run.rate:,} a second"
+            report.paced_plot = plot_paced(draw_run, store, presses, pace_path, pace_title)
         if chaos is not None:
             report.faults.extend(draw_faults_table(chaos.log, store.first_move_after_close, reconciled))
         if chaos is not None and pass_faults is not None:

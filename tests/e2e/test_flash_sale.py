@@ -315,6 +315,13 @@ def test_draw_options_are_validated() -> None:
     result = flash_sale("--admission", "draw", "--endpoint", "http://127.0.0.1:1", "--stack-name", "x", timeout=60)
     assert result.returncode == 2
     assert "--admission draw runs on the local services, not with --endpoint" in result.stderr
+    for rate in ("0", "1000001"):
+        result = flash_sale("--admission", "draw", "--admit-rate", rate, timeout=60)
+        assert result.returncode == 2
+        assert f"--admit-rate must be 1 to 1,000,000 (the contract's admitRate), not {rate}" in result.stderr
+    result = flash_sale("--admit-rate", "200", timeout=60)
+    assert result.returncode == 2
+    assert "--admit-rate paces a draw's admission: it needs --admission draw" in result.stderr
 
 
 def test_a_draw_under_chaos_holds_every_check(tmp_path: Path, sale_db: str, seed: int) -> None:
