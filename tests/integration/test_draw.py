@@ -1178,3 +1178,44 @@ def test_the_re_check_is_one_statement_for_a_batchs_draw_orders(
     assert ran == Counter({"Com_commit": 1, "Com_select": 3, "Com_insert": 2, "Com_update": 1})
     assert outcomes == [Decision("FAILED", "NOT_ADMITTED")] * 2 + [Decision("CONFIRMED")]
     assert stocks(db, redis, voucher_id) == (2, 2)
+
+
+def test_a_unit_given_back_during_a_paced_move_is_counted_by_the_wave_after_its_steps(
+    call: Call, db: Database, redis: Any, draws: Callable[..., int], clock: ClockQueue, scripts: Scripts,
+    handlers: dict[str, Handler], context: Any, sqs: Any, order_queue: str, orders_made: list[int],
+) -> None:  # fmt: skip
+    voucher_id = draws(stock=2, admitFactor=2, admitRate=1, waveSeconds=10)
+    users = [new_user() for _ in range(12)]
+    entries = {u: enter(call, voucher_id, u) for u in users}
+    ranked = sorted(users, key=lambda u: entries[u]["ticket"])
+    shift(db, redis, voucher_id, 21)
+    assert decide(db, redis, clock, voucher_id).steps == 4  # the close, then the opening + 1, + 2, + 3 s
+    assert decide(db, redis, clock, voucher_id).tick is Tick.RELAY  # 10 s after the close, due already
+
+    def now_at(offset_ms: int) -> None:
+        """Shift the timeline so that now is the opening + ``offset_ms`` by Redis's clock."""
+        seconds, micros = redis.time()
+        begin = int(redis.hget(keys.window(voucher_id), "begin"))
+        shift(db, redis, voucher_id, (begin + offset_ms - (seconds * 1000 + micros // 1000)) / 1000)
+
+    now_at(1500)  # mid-steps: the first buyer wins, then its hold expires and its unit comes back
+    buyer = ranked[0]
+    accepted = call(press_event(voucher_id, buyer, entries[buyer]["pass"]))
+    assert accepted["statusCode"] == 202, accepted
+    orders_made.append(int(body(accepted)["data"]))
+    persist(handlers, context, sqs, order_queue)
+    db.run(lambda c: c.execute("UPDATE tb_voucher_order SET pay_by = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND"
+                               " WHERE voucher_id = %s", (voucher_id,)))  # fmt: skip
+    expire(db, redis, scripts, orders_made[-1])
+    assert redis.get(keys.stock(voucher_id)) == "2"
+    assert decide(db, redis, clock, voucher_id).tick is Tick.RELAY  # at the opening
+    now_at(5100)  # the first wave after the last step, at the opening + 10 s, is due
+    wave = decide(db, redis, clock, voucher_id)
+    # Both units on sale, the one given back included: 2 x 2 admitted, one a second.
+    assert (wave.tick, wave.admitted, wave.steps) == (Tick.MOVED, 4, 4)
+    begin = int(redis.hget(keys.window(voucher_id), "begin"))
+    rows = db_rows(db, "SELECT * FROM tb_draw_move WHERE voucher_id = %s ORDER BY at_ms", voucher_id)
+    assert [(r["at_ms"] - begin, r["admitted"], r["units"], r["step"]) for r in rows[4:]] == [
+        (10_000 + 1000 * k, 1, 2, k) for k in range(4)
+    ]
+    assert [r["cursor_after"] for r in rows] == [entries[u]["ticket"] for u in ranked[1:9]]
