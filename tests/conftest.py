@@ -87,8 +87,11 @@ def redis_database(request: pytest.FixtureRequest) -> Iterator[str]:
     client = Redis(host="127.0.0.1", port=6379, decode_responses=True)
     with claimed_database(client, f"pid {os.getpid()} run {RUN_ID}") as database:
         # The run's alone: earlier runs' leftovers go, the day's order-id counter among
-        # them (each recovery raises it by 2^24, so a day of runs would overflow it).
-        Redis(host="127.0.0.1", port=6379, db=database).flushdb()
+        # them (each recovery raises it by 2^24, so a day of runs would overflow it). Then
+        # it holds every voucher of the run's fresh database, none: it has lost nothing.
+        fresh = Redis(host="127.0.0.1", port=6379, db=database)
+        fresh.flushdb()
+        fresh.set(keys.loaded(), 1)
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{database}"
         yield os.environ["REDIS_URL"]
     client.close()
