@@ -16,6 +16,8 @@ time left. If the chain breaks (a send lost), the reconciler sends its message a
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import math
@@ -242,7 +244,7 @@ def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool
     if admit == 0 and not first:
         return Decided(Tick.STILL)
     sizes = step_sizes(admit, draw.admit_rate)
-    ends = [sum(sizes[: k + 1]) for k in range(len(sizes))]  # admitted after each step
+    ends = list(itertools.accumulate(sizes))  # admitted after each step
     # The ticket just past each step (row end + 1 in ticket order), in one pass over the
     # tickets the move admits.
     cursor.execute(
@@ -276,6 +278,12 @@ def decided_until(draw: Draw) -> int:
     return draw.clock_at if draw.clock_at is not None else draw.end_ms
 
 
+@functools.cache
+def _publish_moves_text() -> str:
+    """``lua/publish_moves.lua``, read once per process (the clock runs it at every tick)."""
+    return read_script("publish_moves")
+
+
 def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:
     """Every recorded move of the draw into its Redis cursor, and how far they are decided
     into its window's ``decided``, never moving back (idempotent); how many moves."""
@@ -286,7 +294,7 @@ def publish(db: Database, redis: RedisClient, voucher_id: int) -> int:
     history, draw = db.run(read, read_only=True)
     if draw is None:
         return 0
-    Script(redis, read_script("publish_moves"))(
+    Script(redis, _publish_moves_text())(
         keys=[keys.cursor(voucher_id), keys.window(voucher_id)],
         args=[decided_until(draw), *[part for at, c in history for part in (at, c)]],
     )
