@@ -17,7 +17,7 @@ from seckill_ops.capacity import main
 from seckill_ops.capacity import model as sale_model
 from seckill_ops.capacity.assumptions import ASSUMPTIONS
 from seckill_ops.capacity.costs import free_tier, plan_choice
-from seckill_ops.capacity.draw import blind_seconds, draw_sale, model_draw, moves, origin_fetches_per_second, steps
+from seckill_ops.capacity.draw import blind_seconds, draw_sale, model_draw, moves, origin_fetches, steps
 from seckill_ops.capacity.flow import ramp_limit, throttle, through_api
 from seckill_ops.capacity.kvs import Fleet, calls_before, kvs_calls
 from seckill_ops.capacity.model import Check, Scenario, before_waf, model
@@ -317,25 +317,43 @@ def test_the_draw_keeps_api_gateway_and_lambda_under_their_quotas_where_the_race
     assert not _walls(draw, ("API Gateway", "Lambda"))
     assert {c.phase for c in draw.checks} == {"entry", "sale"}  # both phases are checked
     # Only the 400 admitted entrants' presses reach API Gateway in the sale: their 600 of the
-    # first second take the 200 units, and the edge answers theirs too 5 s later.
+    # first second take the 200 units, and the edge answers theirs too 5 s later. Beside them,
+    # the draw record's fetches: 375 a second over the 10 s.
     c = draw.counts
     assert draw.sold_out_at == pytest.approx(1)
-    assert c["apigw_requests"] - c["entry_apigw"] == pytest.approx(600 + 600 * 5 / 9)
+    assert c["apigw_requests"] - c["entry_apigw"] == pytest.approx(600 + 600 * 5 / 9 + 375 * 10)
     assert c["answered_at_edge"] == pytest.approx(3_000_000 - 600 - 600 * 5 / 9)
     assert c["accepted"] == 200
     assert c["kvs_reads"] == pytest.approx(2 * 3_000_000)  # the voucher's entry and the key list
-    # The entry phase: one POST and two look-ups per entrant, 90% of them spread over the hour.
+    # The entry phase: one POST per entrant and no look-up (the page keeps its entry), 90% of
+    # them spread over the hour; the record's reads by the one page open in second 0.
     assert c["entrants"] == 1_000_000
-    assert c["entry_polls"] == 2_000_000
-    assert draw.per_second["entry_apigw"][0] == pytest.approx(900_000 * 3 / 3_600 + 375)
+    assert c["entry_polls"] == 0
+    assert draw.per_second["entry_apigw"][0] == pytest.approx(250 + 250 / 300)
 
 
-def test_the_draw_record_reaches_the_origin_once_per_edge_location_per_cache_period() -> None:
-    # 5 reads per entrant over the hour is 1,389 reads a second; 750 edge locations asking at
-    # most every 2 s send 375 of them.
-    assert origin_fetches_per_second(MILLION) == pytest.approx(375)
-    assert origin_fetches_per_second(replace(MILLION, draw_reads=0.1)) == pytest.approx(100_000 / 3_600)
-    assert model_draw(MILLION).counts["draw_origin_fetches"] == pytest.approx(375 * 3_600)
+def test_the_draw_record_is_read_on_the_page_s_schedule_and_reaches_the_origin_once_per_edge_location() -> None:
+    # Each page open reads the record every 300 s before the close: 250 entrants a second
+    # make 250 / 300 reads in second 0, and by the hour's last second a million open pages
+    # read it 3,333 times a second; at the close each reads once over 5 s (200,000 a
+    # second), then every 10 s (100,000 a second).
+    draw = model_draw(MILLION)
+    viewers = draw.per_second["entry_cloudfront"]
+    assert viewers[0] == pytest.approx(250 + 250 / 300)
+    assert viewers[3_599] == pytest.approx(MILLION.entries()[-1] + 1_000_000 / 300)
+    assert viewers[3_600:3_605] == pytest.approx([200_000] * 5)
+    assert viewers[3_605:3_660] == pytest.approx([100_000] * 55)
+    # 750 edge locations asking at most every 2 s send at most 375 of them to API Gateway.
+    assert origin_fetches(MILLION, 3_333) == 375
+    assert origin_fetches(MILLION, 100) == 100
+    fetched = [a - e for a, e in zip(draw.per_second["entry_apigw"], [*MILLION.entries(), *[0.0] * 60], strict=False)]
+    assert fetched[0] == pytest.approx(250 / 300)
+    assert fetched[3_599] == pytest.approx(375)
+    assert fetched[3_600:3_660] == pytest.approx([375] * 60)
+    # Each read is priced at CloudFront and WAF: the pages' ones in the entry phase and the sale.
+    sale = draw_sale(MILLION)
+    assert sale.counts["draw_reads"] == pytest.approx(100_000 * len(sale.per_second["apigw"]))
+    assert draw.counts["draw_reads"] == pytest.approx(sum(viewers) - 1_000_000 + sale.counts["draw_reads"])
 
 
 def test_entries_squeezed_into_a_minute_meet_api_gateway_in_the_entry_phase() -> None:
@@ -363,10 +381,11 @@ def test_waves_admit_for_the_units_no_shows_leave() -> None:
     assert draw.counts["waves"] == 2
     # Second 10: the first 20 entrants' share of the crowd (a quarter of them press), and half
     # the wave's presses (the arrival's first-second share); second 9 also forwards the presses
-    # of the wave's 10 entrants, within the edge's clock skew of its start.
-    crowd = 1_500 / 29
-    assert draw.per_second["apigw"][10] == pytest.approx(crowd * 20 * 0.25 / 1_000 + 10 * 0.25 * 3 * 0.5)
-    assert draw.per_second["apigw"][9] == pytest.approx(crowd * (20 * 0.25 + 10) / 1_000)
+    # of the wave's 10 entrants, within the edge's clock skew of its start. Beside them every
+    # second, the record's fetches: the 1,000 pages' 100 reads a second, under the 375 cap.
+    crowd, fetches = 1_500 / 29, 100
+    assert draw.per_second["apigw"][10] == pytest.approx(crowd * 20 * 0.25 / 1_000 + 10 * 0.25 * 3 * 0.5 + fetches)
+    assert draw.per_second["apigw"][9] == pytest.approx(crowd * (20 * 0.25 + 10) / 1_000 + fetches)
     # Everyone presses: the first admission buys the stock and no wave follows.
     assert moves(replace(SMALL, seconds=30)) == [(0, 20)]
 
@@ -545,8 +564,9 @@ def test_the_entry_phase_rush_rises_to_the_close_beside_an_even_spread() -> None
     draw = model_draw(MILLION)
     rushed = {c.quota: c.peak for c in draw.checks if c.phase == "entry" and c.layer == "API Gateway"}
     even = {c.quota: c.peak for c in draw.entry_even if c.layer == "API Gateway"}
-    assert list(even.values()) == [pytest.approx(1_000_000 / 3_600 * 3 + 375)]
-    assert list(rushed.values()) == [pytest.approx(entries[-1] * 3 + 375)]
+    # One POST per entrant and, once 112,500 pages are open, the record's 375 fetches a second.
+    assert list(even.values()) == [pytest.approx(1_000_000 / 3_600 + 375)]
+    assert list(rushed.values()) == [pytest.approx(entries[-1] + 375)]
 
 
 def test_a_move_is_made_in_steps_of_admit_rate_and_waves_resume_after_the_last() -> None:
@@ -582,26 +602,20 @@ def test_the_recommended_admit_rate_is_the_largest_whose_sale_stays_under_the_qu
 
 def test_the_phone_launch_at_the_recommended_admit_rate(capsys: pytest.CaptureFixture[str]) -> None:
     """5 million users, 100,000 units, 3 presses each, entries over the hour before with a
-    last-minute rush: with the quotas the model says the entry phase needs, the draw at the
-    admitRate it recommends has no second over API Gateway's or Lambda's quotas (the
-    authorizer's among them) in its entry phase or its sale, and its report gives the time to
-    admit everyone and the cost per sale beside the race with and without the edge."""
+    last-minute rush, AWS's default quotas: the draw at the admitRate the model recommends has
+    no second over API Gateway's or Lambda's quotas (the authorizer's among them) in its entry
+    phase or its sale, and its report gives the time to admit everyone and the cost per sale
+    beside the race with and without the edge. The writer is the wall left, and the report
+    says what it needs."""
     launch = ["--users", "5000000", "--stock", "100000", "--presses", "3", "--admission", "draw"]
     assert main([*launch, "--json"]) == 0
-    needs = json.loads(capsys.readouterr().out)["scenarios"][2]["needs"]
-    raised = [
-        *launch,
-        "--apigw-rps",
-        str(int(needs["apigw_rps"])),
-        "--lambda-concurrency",
-        str(int(needs["lambda_concurrency"])),
-    ]
-    assert main([*raised, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     race, race_edge, draw = result["scenarios"]
     rate = result["pacing"]["admit_rate"]
     assert rate is not None
     assert result["profile"]["rush_share"] > 0
+    assert result["profile"]["apigw_rps"] is None
+    assert result["profile"]["lambda_concurrency"] is None
     assert any(note.startswith(f"admitRate {rate:,}: ") for note in draw["notes"])  # the draw at that rate
     walls = [c for c in draw["checks"] if c["layer"] in ("API Gateway", "Lambda") and c["exceeded_at"] is not None]
     assert not walls
@@ -610,13 +624,19 @@ def test_the_phone_launch_at_the_recommended_admit_rate(capsys: pytest.CaptureFi
     assert not [
         c for c in draw["checks"] if c["phase"] == "sale" and c["layer"] in PACED and c["exceeded_at"] is not None
     ]
+    # The rush's peak second is 4,578 entries, each a commit: over the writer's assumed 1,500.
+    writer = next(c for c in draw["checks"] if c["phase"] == "entry" and c["layer"] == "RDS")
+    assert writer["exceeded_at"] is not None
+    assert draw["needs"]["rds_commits"] == 4_578
     # No 429 is billed: API Gateway's line prices what it let through, in each scenario.
     for s in (race, race_edge, draw):
         billed = next(c for c in s["costs"] if c["layer"] == "API Gateway")["quantity"]
         assert billed == pytest.approx(s["counts"]["apigw_requests"] - s["counts"]["apigw_throttled"])
     assert race["counts"]["apigw_throttled"] > 0
-    # The report prints the rate, the time to admit everyone and the cost per sale of the three.
-    assert main(raised) == 0
+    assert draw["counts"]["apigw_throttled"] == 0
+    # The report prints the rate, the time to admit everyone, the cost per sale of the three
+    # and what the writer needs; no quota raise for the entry phase.
+    assert main(launch) == 0
     out = capsys.readouterr().out
     seconds = result["pacing"]["admission_seconds"]
     assert f"Recommended admitRate {rate:,}" in out
@@ -625,6 +645,8 @@ def test_the_phone_launch_at_the_recommended_admit_rate(capsys: pytest.CaptureFi
         f"Cost per sale: without the edge ${race['total_dollars']:,.2f}; with the edge "
         f"${race_edge['total_dollars']:,.2f}; draw ${draw['total_dollars']:,.2f}." in out
     )
+    assert "goes through without a 429 with" not in out
+    assert "(--rds-commits 4578)" in out
 
 
 def test_the_deployed_secrets_and_alarms_are_the_priced_ones() -> None:

@@ -123,7 +123,12 @@ def _add_draw(parser: argparse.ArgumentParser) -> None:
         default=assumed("no_show"),
         help="share of admitted entrants who never press: their units go to the next wave (default %(default)s)",
     )
-    for name, flag_type in (("entry_polls", _non_negative), ("draw_reads", _non_negative), ("entry_ms", _non_negative)):
+    for name, flag_type in (
+        ("entry_polls", _non_negative),
+        ("record_wait_seconds", _positive),
+        ("record_poll_seconds", _positive),
+        ("entry_ms", _non_negative),
+    ):
         a = ASSUMPTIONS[name]
         draw.add_argument(
             "--" + name.replace("_", "-"),
@@ -322,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rush_share=args.rush_share,
         rush_minutes=args.rush_minutes,
         entry_polls=args.entry_polls,
-        draw_reads=args.draw_reads,
+        record_wait_seconds=args.record_wait_seconds,
+        record_poll_seconds=args.record_poll_seconds,
         edge_locations=args.edge_locations,
         entry_ms=args.entry_ms,
         no_show=args.no_show,

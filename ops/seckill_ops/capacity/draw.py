@@ -1,5 +1,5 @@
 """seckill-capacity's draw (``--admission draw``): the entry phase before the sale (each user
-enters once, looks the entry up, reads the draw record at the edge), then the sale, in which
+enters once; the buyer's page reads the draw record at the edge on its schedule), then the sale, in which
 the edge answers every press of an entrant not admitted and only admitted entrants' presses
 reach API Gateway; with ``admitRate`` a move admits its entrants in steps one second apart."""
 
@@ -75,10 +75,9 @@ def blind_seconds(p: Profile) -> float:
     return max(0.0, min(p.propagation_seconds - p.draw_close_seconds, float(p.seconds)))
 
 
-def origin_fetches_per_second(p: Profile) -> float:
-    """The draw record's reads that reach the origin: each edge location asks at most once
-    per cache period, whatever its viewers read."""
-    reads = p.users * p.draw_reads / len(p.entries())
+def origin_fetches(p: Profile, reads: float) -> float:
+    """Of ``reads`` draw record reads a second at the edge, those that reach the origin: each
+    edge location asks at most once per cache period, whatever its viewers read."""
     return min(reads, p.edge_locations / assumed("draw_cache_seconds"))
 
 
@@ -91,6 +90,7 @@ def draw_sale(p: Profile) -> Scenario:
     answers everything."""
     cursor = steps(p)
     pressing = 1 - p.no_show
+    reads = p.users / p.record_poll_seconds  # every page reads the record, entrant or not
     last = cursor[-1][0]
     horizon = last + p.seconds
     shape = [a / p.total for a in p.arrivals()]  # a user's share of presses in each second
@@ -127,6 +127,8 @@ def draw_sale(p: Profile) -> Scenario:
         buyers,
         len(made) + (1 if buyers >= p.stock else 0),  # each move with its steps, then the sold-out state
         assumed("kvs_reads_per_draw_press"),
+        reads=reads,
+        fetches=origin_fetches(p, reads),
     )
     scenario = sale(p, traffic)
     scenario.counts |= {"admitted": admitted, "waves": float(len(made) - 1)}
@@ -168,15 +170,23 @@ def model_draw(profile: Profile) -> Scenario:
 
 
 def entry_phase(p: Profile) -> tuple[list[Check], dict[str, list[float]], dict[str, float], dict[str, float]]:
-    """The entry phase, second by second: each entrant's POST entry and look-ups (each through
-    the authorizer, its cache off with the edge) and the draw record's origin fetches at API
-    Gateway; the draw record's reads at the edge. Its checks, series, counts, and the quotas
-    it needs to go through without a 429."""
-    entrants = p.entries()
+    """The entry phase, second by second, to the opening: each entrant's POST entry and
+    look-ups (each through the authorizer, its cache off with the edge) and the draw record's
+    origin fetches at API Gateway; the record's reads at the edge, by the page's schedule
+    (``Profile.record_reads``, then every page at the close and every ``record_poll_seconds``
+    until the opening). Its checks, series, counts, and the quotas it needs to go through
+    without a 429 or a writer over its commits."""
+    jitter = int(assumed("record_close_jitter_seconds"))
+    after = max(0, p.draw_close_seconds - jitter)
+    entrants = [*p.entries(), *[0.0] * (min(jitter, p.draw_close_seconds) + after)]
+    reads = [
+        *p.record_reads(),
+        *[p.users / jitter] * min(jitter, p.draw_close_seconds),
+        *[p.users / p.record_poll_seconds] * after,
+    ]
     seconds = len(entrants)
-    fetches = origin_fetches_per_second(p)
-    reads = p.users * p.draw_reads / seconds
-    asked = [e * (1 + p.entry_polls) + fetches for e in entrants]
+    fetches = [origin_fetches(p, r) for r in reads]
+    asked = [e * (1 + p.entry_polls) + f for e, f in zip(entrants, fetches, strict=True)]
     flow = api_flow(p, asked)
     horizon = len(flow.demand)
     tokened = [e * (1 + p.entry_polls) / a if a else 0.0 for e, a in zip(entrants, asked, strict=True)]
@@ -189,7 +199,7 @@ def entry_phase(p: Profile) -> tuple[list[Check], dict[str, list[float]], dict[s
     auth_conc = [a * p.authorizer_ms / 1000 for a in auth]
     concurrency = [a + b for a, b in zip(api_conc, auth_conc, strict=True)]
     invocations = [a + b for a, b in zip(flow.admitted, auth, strict=True)]
-    viewers = [e * (1 + p.entry_polls) + reads for e in entrants] + [0.0] * (horizon - seconds)
+    viewers = [e * (1 + p.entry_polls) + r for e, r in zip(entrants, reads, strict=True)] + [0.0] * (horizon - seconds)
     viewers = [v + r for v, r in zip(viewers, flow.retries, strict=True)]
     redis = [a * assumed("redis_per_authorizer") for a in auth]
     checks = [
@@ -205,11 +215,11 @@ def entry_phase(p: Profile) -> tuple[list[Check], dict[str, list[float]], dict[s
         cache_check(p, redis),
     ]
     # Without a 429: API Gateway's rate at the peak, and Lambda's concurrency for its peak
-    # concurrency and for its request rate (10 x the concurrency).
+    # concurrency and for its request rate (10 x the concurrency); the writer's commits for
+    # every entry of the peak second.
     unthrottled = [
-        (e * p.entry_ms + (e * p.entry_polls + fetches) * p.refused_ms + e * (1 + p.entry_polls) * p.authorizer_ms)
-        / 1000
-        for e in entrants
+        (e * p.entry_ms + (e * p.entry_polls + f) * p.refused_ms + e * (1 + p.entry_polls) * p.authorizer_ms) / 1000
+        for e, f in zip(entrants, fetches, strict=True)
     ]
     needs = {
         "apigw_rps": float(math.ceil(max(asked))),
@@ -221,12 +231,13 @@ def entry_phase(p: Profile) -> tuple[list[Check], dict[str, list[float]], dict[s
                 )
             )
         ),
+        "rds_commits": float(math.ceil(max(entrants))),
     }
     counts = {
         "entrants": float(p.users),
         "entry_polls": p.users * p.entry_polls,
-        "draw_reads": p.users * p.draw_reads,
-        "draw_origin_fetches": fetches * seconds,
+        "draw_reads": sum(reads),
+        "draw_origin_fetches": sum(fetches),
         "entry_apigw": sum(flow.demand),
         "retries": sum(flow.retries),
         "cloudfront_requests": sum(viewers),

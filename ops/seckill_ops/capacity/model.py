@@ -176,6 +176,8 @@ class Traffic:
     buyers: float  # the units the forwarded presses can take
     notices: int  # states published to the edge
     kvs_reads_per_press: float = 1.0
+    reads: float = 0.0  # the draw record's reads at the edge each second (a draw's pages)
+    fetches: float = 0.0  # those of them the edge asks the origin for: API Gateway, no authorizer
 
 
 def _padded(series: Sequence[float], horizon: int) -> list[float]:
@@ -185,11 +187,17 @@ def _padded(series: Sequence[float], horizon: int) -> list[float]:
 def sale(p: Profile, traffic: Traffic) -> Scenario:
     """Counts, checks and costs of the sale phase, from what reaches API Gateway."""
     edge = traffic.edge
-    flow = api_flow(p, traffic.forwarded, traffic.passes)
+    sent = [f + traffic.fetches for f in traffic.forwarded]
+    flow = api_flow(p, sent, traffic.passes)
     horizon = len(flow.demand)
     arrived = _padded(traffic.arrived, horizon)
-    admitted = flow.admitted
-    viewers = [a + r for a, r in zip(arrived, flow.retries, strict=True)]
+    # The record's fetches share API Gateway's bucket with the presses: each second's share.
+    press_share = buying_shares(traffic.forwarded, sent, horizon)
+    admitted = [a * s for a, s in zip(flow.admitted, press_share, strict=True)]
+    fetched = [a - b for a, b in zip(flow.admitted, admitted, strict=True)]
+    fetches_in = sum(d * (1 - s) for d, s in zip(flow.demand, press_share, strict=True))
+    pressed = [a + r for a, r in zip(arrived, flow.retries, strict=True)]
+    viewers = [v + traffic.reads for v in pressed]
     n = sum(traffic.arrived)
     api_in, api_ok = sum(flow.demand), sum(admitted)
     buying_ok = [
@@ -217,15 +225,15 @@ def sale(p: Profile, traffic: Traffic) -> Scenario:
         acc * assumed("redis_per_accepted") + ref * assumed("redis_per_refused") + au * assumed("redis_per_authorizer")
         for acc, ref, au in zip(accepted_ps, refused_ps, auth_ps, strict=True)
     ]
-    at_cloudfront = sum(viewers) if edge else 0.0
+    at_cloudfront = sum(pressed) if edge else 0.0  # the presses, through the edge's function
     counts = {
         "presses": n,
         "retries": sum(flow.retries),
-        "cloudfront_requests": at_cloudfront,
+        "cloudfront_requests": sum(viewers) if edge else 0.0,
         "function_invocations": at_cloudfront,
         "kvs_reads": at_cloudfront * traffic.kvs_reads_per_press,
-        "waf_requests": at_cloudfront,
-        "answered_at_edge": at_cloudfront - api_in if edge else 0.0,
+        "waf_requests": sum(viewers) if edge else 0.0,
+        "answered_at_edge": at_cloudfront - (api_in - fetches_in) if edge else 0.0,
         "apigw_requests": api_in,
         "apigw_throttled": flow.throttled,
         "authorizer_invocations": authorizer,
@@ -240,19 +248,22 @@ def sale(p: Profile, traffic: Traffic) -> Scenario:
         "rds_transactions": float(persister),
         "redis_commands": sum(redis_ps),
         **dict.fromkeys(DRAW_COUNTS, 0.0),
+        "draw_reads": traffic.reads * horizon,
+        "draw_origin_fetches": sum(fetched),
     }
     api_conc = [
-        (acc * p.accepted_ms + ref * p.refused_ms) / 1000 for acc, ref in zip(accepted_ps, refused_ps, strict=True)
+        (acc * p.accepted_ms + (ref + f) * p.refused_ms) / 1000
+        for acc, ref, f in zip(accepted_ps, refused_ps, fetched, strict=True)
     ]
     auth_conc = [a * p.authorizer_ms / 1000 for a in auth_ps]
     persister_conc = [c * p.persister_ms / 1000 for c in commits_ps]
     total_conc = [a + b + c for a, b, c in zip(api_conc, auth_conc, persister_conc, strict=True)]
-    invocations = [a + b for a, b in zip(admitted, auth_ps, strict=True)]
+    invocations = [a + b for a, b in zip(flow.admitted, auth_ps, strict=True)]
     per_second = {
         "arrived": arrived,
         "cloudfront": viewers if edge else [0.0] * horizon,
         "apigw": flow.demand,
-        "api_admitted": admitted,
+        "api_admitted": flow.admitted,
         "authorizer": auth_ps,
         "lambda_invocations": invocations,
         "lambda_concurrency": total_conc,
@@ -269,7 +280,7 @@ def sale(p: Profile, traffic: Traffic) -> Scenario:
             p,
             total_conc,
             invocations,
-            [("SeckillApiFunction", admitted, api_conc), ("the authorizer", auth_ps, auth_conc)],
+            [("SeckillApiFunction", flow.admitted, api_conc), ("the authorizer", auth_ps, auth_conc)],
         ),
         Check(
             "SQS -> persister",
@@ -283,7 +294,7 @@ def sale(p: Profile, traffic: Traffic) -> Scenario:
         cache_check(p, redis_ps),
     ]
     costs, monthly = price_sale(p, edge, counts)
-    sold = sold_out_second(flow, traffic.buying, traffic.forwarded, traffic.buyers * p.presses)
+    sold = sold_out_second(flow, traffic.buying, sent, traffic.buyers * p.presses)
     share = counts["answered_at_edge"] / at_cloudfront if at_cloudfront else 0.0
     return Scenario(traffic.name, edge, share, counts, per_second, checks, costs, monthly, sold_out_at=sold)
 

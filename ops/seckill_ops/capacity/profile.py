@@ -4,6 +4,7 @@ account's quotas and the data nodes take; the model and the prices both read it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -47,7 +48,8 @@ class Profile:
     rush_share: float = assumed("rush_share")
     rush_minutes: float = assumed("rush_minutes")
     entry_polls: float = assumed("entry_polls")
-    draw_reads: float = assumed("draw_reads")
+    record_wait_seconds: float = assumed("record_wait_seconds")
+    record_poll_seconds: float = assumed("record_poll_seconds")
     edge_locations: int = int(assumed("edge_locations"))
     entry_ms: float = assumed("entry_ms")
     no_show: float = assumed("no_show")
@@ -96,3 +98,8 @@ class Profile:
         rushing = self.users * self.rush_share
         ramp = [rushing * (2 * j + 1) / rush**2 for j in range(rush)]  # sums to the rush's entries
         return [even + (ramp[i - (n - rush)] if i >= n - rush else 0.0) for i in range(n)]
+
+    def record_reads(self) -> list[float]:
+        """The draw record's reads at the edge in each second of the entry phase: every page
+        open so far (one per entrant, from its entry on) once per ``record_wait_seconds``."""
+        return [open_pages / self.record_wait_seconds for open_pages in itertools.accumulate(self.entries())]

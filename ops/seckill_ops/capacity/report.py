@@ -37,7 +37,7 @@ LAYERS = [  # (count key, label) in the order of the path
     ("waves", "waves"),
     ("entrants", "entries (POST entry, before the sale)"),
     ("entry_polls", "entry look-ups (GET entry)"),
-    ("draw_reads", "draw record reads at the edge"),
+    ("draw_reads", "draw record reads at the edge (the pages' schedule)"),
     ("draw_origin_fetches", "  of which from the origin (2 s cache per edge location)"),
     ("apigw_requests", "API Gateway requests"),
     ("entry_apigw", "  of which in the entry phase"),
@@ -91,8 +91,9 @@ def render(
         out.print(
             f"Draw: {p.users:,} entries over the {p.entry_minutes:g} min before the draw closes "
             f"({p.draw_close_seconds} s before the opening), {p.rush_share:.0%} of them in a rush over the last "
-            f"{p.rush_minutes:g} min rising to the close, the rest evenly; {p.entry_polls:g} entry look-ups and "
-            f"{p.draw_reads:g} draw record reads each; admitFactor {p.admit_factor}, waveSeconds {p.wave_seconds}."
+            f"{p.rush_minutes:g} min rising to the close, the rest evenly; {p.entry_polls:g} entry look-ups each; "
+            f"each page reads the draw record every {p.record_wait_seconds:g} s before the close, then every "
+            f"{p.record_poll_seconds:g} s; admitFactor {p.admit_factor}, waveSeconds {p.wave_seconds}."
         )
     if pacing is not None:
         _render_pacing(pacing, out)
@@ -255,6 +256,14 @@ def _render_entry(p: Profile, scenarios: list[Scenario], out: Console) -> None:
                 f"The entry phase ({s.name}) goes through without a 429 with API Gateway's account rate at "
                 f"{apigw:,.0f} requests/s and Lambda's concurrency at {concurrency:,.0f} (its request rate 10 x "
                 f"that): quotas AWS raises on request (--apigw-rps {apigw:.0f} --lambda-concurrency {concurrency:.0f})."
+            )
+        commits = s.needs["rds_commits"]
+        if commits > p.rds_commits:
+            out.print(
+                f"The entry phase's ({s.name}) peak second stores {commits:,.0f} entries, each a durable commit: over "
+                f"the {p.rds_commits:,.0f} commits/s the model takes for the writer (DbInstanceClass, see "
+                f"--sources). A larger writer, or one measured to take them through group commit "
+                f"(--rds-commits {commits:.0f}), or a gentler rush (--rush-share, --rush-minutes)."
             )
 
 
