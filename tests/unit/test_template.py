@@ -737,6 +737,21 @@ def test_schema_is_applied_by_the_migrator_custom_resource(template: Template, d
     assert "ResponseURL" in code
 
 
+def test_every_function_reading_mysql_waits_for_the_schema(data: dict[str, Any]) -> None:
+    """On an update, CloudFormation migrates before it changes any function's code: new
+    code never meets the old schema's tables and columns."""
+    readers = [
+        name
+        for name, r in data["Resources"].items()
+        if r["Type"] == "AWS::Serverless::Function"
+        and name != "MigratorFunction"
+        and "DbSecretArn" in json.dumps(r["Properties"].get("Policies", []))
+    ]
+    assert len(readers) == 5
+    for name in readers:
+        assert data["Resources"][name].get("DependsOn") == "Schema", name
+
+
 def test_http_api_auth_throttling_and_access_logs(data: dict[str, Any]) -> None:
     api = props(data, "SeckillHttpApi")
     assert api["Auth"]["EnableIamAuthorizer"] is True
