@@ -332,6 +332,22 @@ def list_event(shop_id: int | str) -> dict[str, Any]:
     return with_path(load_event("seckill_api_list_vouchers.json"), f"/voucher/list/{shop_id}", shopId=str(shop_id))
 
 
+def shop_list(call: Callable[[dict[str, Any]], dict[str, Any]], shop_id: int) -> dict[int, dict[str, Any]]:
+    """Every voucher the shop's list shows, by id, page after page (other tests' vouchers of
+    the same shop may fill the first)."""
+    found: dict[int, dict[str, Any]] = {}
+    after = 0
+    while True:
+        event = list_event(shop_id)
+        event["queryStringParameters"] = {"limit": "100"} | ({"after": str(after)} if after else {})
+        event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in event["queryStringParameters"].items())
+        page = body(call(event))["data"]
+        found |= {v["id"]: v for v in page}
+        if len(page) < 100:
+            return found
+        after = page[-1]["id"]
+
+
 def iso(moment: datetime) -> str:
     return moment.isoformat()
 

@@ -13,6 +13,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +50,6 @@ from tests.helpers import (
     expect_refusal,
     fresh,
     iso,
-    list_event,
     load_event,
     module_of,
     new_user,
@@ -59,6 +59,7 @@ from tests.helpers import (
     recover,
     seckill_event,
     seckill_voucher_body,
+    shop_list,
     sqs_record,
     statements,
     status_event,
@@ -233,7 +234,7 @@ def test_a_draw_gets_its_defaults_a_secret_seed_its_commitment_and_its_first_clo
     assert (window["draw"], int(window["close"])) == ("1", close_ms)
     # The clock's first message, due at the close (delayed: nothing to read yet).
     assert drain(sqs, session_queues["DrawClockQueue"]) == []
-    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    listed = shop_list(call, SHOP)
     assert listed[voucher_id]["admission"] == "draw"
     assert datetime.fromisoformat(listed[voucher_id]["closesAt"]) == begin - timedelta(seconds=60)
     record = body(call(draw_event(voucher_id)))["data"]
@@ -243,7 +244,7 @@ def test_a_draw_gets_its_defaults_a_secret_seed_its_commitment_and_its_first_clo
 
 def test_a_race_is_listed_as_one_and_has_no_draw(call: Call, make_voucher: Callable[..., int]) -> None:
     voucher_id = make_voucher(shop_id=SHOP)
-    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    listed = shop_list(call, SHOP)
     assert (listed[voucher_id]["admission"], listed[voucher_id]["closesAt"]) == ("race", None)
     expect_refusal(call(draw_event(voucher_id)), 404, "VOUCHER_NOT_FOUND")
     expect_refusal(call(enter_event(voucher_id, new_user())), 409, "NOT_A_DRAW")
@@ -832,23 +833,25 @@ def receive(sqs: Any, url: str, message_id: str, seconds: float) -> dict[str, An
 
 
 def test_a_draw_is_created_with_two_clock_messages_or_not_at_all(
-    call: Call, db: Database, draws: Callable[..., int], sqs: Any, session_queues: dict[str, str],
-    handlers: dict[str, Handler], monkeypatch: pytest.MonkeyPatch,
+    call: Call, db: Database, draws: Callable[..., int], sqs: Any, handlers: dict[str, Handler],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    url = session_queues["DrawClockQueue"]
-    before = int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])[
-        "Attributes"]["ApproximateNumberOfMessagesDelayed"])  # fmt: skip
+    # A queue of its own: the session's holds other tests' delayed messages, which may come
+    # due while this one counts.
+    url = sqs.create_queue(QueueName=f"draw-clock-{uuid.uuid4().hex}")["QueueUrl"]
+    app = module_of(handlers["SeckillApiFunction"])
+    monkeypatch.setattr(app.clock, "queue_url", url)
     draws()
     delayed = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
-    assert int(delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"]) == before + 2
+    assert int(delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"]) == 2
     # The clock cannot be started: 503, and no voucher.
     count = "SELECT COUNT(*) AS n FROM tb_voucher WHERE shop_id = %s"
     vouchers_before = db_rows(db, count, SHOP)[0]["n"]
-    app = module_of(handlers["SeckillApiFunction"])
     monkeypatch.setattr(app.clock, "queue_url", url + "-gone")
     response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body()))
     expect_refusal(response, 503, "TRY_AGAIN")
     assert db_rows(db, count, SHOP)[0]["n"] == vouchers_before
+    sqs.delete_queue(QueueUrl=url)
 
 
 # --- paced admission ------------------------------------------------------------------------------
@@ -860,7 +863,7 @@ def test_admit_rate_is_an_integer_from_1_to_a_million_on_a_draw_only(
 ) -> None:
     if ok:
         voucher_id = draws(admitRate=rate)
-        listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+        listed = shop_list(call, SHOP)
         assert listed[voucher_id]["admitRate"] == rate
         return
     response = call(admin_event("seckill_api_add_seckill_voucher.json", draw_body(admitRate=rate)))
@@ -873,7 +876,7 @@ def test_admit_rate_on_a_race_is_a_400_and_a_draw_without_one_is_unpaced(call: C
     expect_refusal(response, 400, "BAD_REQUEST")
     assert body(response)["errorMsg"].startswith("admitRate:"), response
     voucher_id = draws()
-    listed = {v["id"]: v for v in body(call(list_event(SHOP)))["data"]}
+    listed = shop_list(call, SHOP)
     assert listed[voucher_id]["admitRate"] is None
 
 

@@ -234,11 +234,15 @@ def _move(cursor: DictCursor, draw: Draw, at_ms: int, units: int, *, first: bool
     Every step is recorded now, with its own time. The first move is made even if it
     admits nobody."""
     v = draw.voucher_id
-    history = recorded_moves(cursor, v)
-    current = history[-1][1] if history else ""
-    # Not yet admitted: the entrants (a kept count) less those the moves admitted.
-    cursor.execute("SELECT COALESCE(SUM(admitted), 0) AS n FROM tb_draw_move WHERE voucher_id = %s", (v,))
-    moved = int(cursor.fetchone()["n"])  # type: ignore[index]  # an aggregate answers one row
+    # The cursor after the last step recorded, and how many the moves admitted: one row
+    # however many steps a paced draw has recorded.
+    cursor.execute(
+        "SELECT COALESCE(SUM(admitted), 0) AS n, (SELECT cursor_after FROM tb_draw_move WHERE voucher_id = %s"
+        " ORDER BY at_ms DESC LIMIT 1) AS last FROM tb_draw_move WHERE voucher_id = %s",
+        (v, v),
+    )
+    row = cursor.fetchone()
+    moved, current = int(row["n"]), row["last"] or ""  # type: ignore[index]  # an aggregate answers one row
     waiting = entrants.total(cursor, v) - moved
     admit = move_size(waiting, draw.admit_factor, units)
     if admit == 0 and not first:
