@@ -5,12 +5,17 @@
 // memory and this tab's sessionStorage: never in the URL, never logged.
 import { auditDraw } from './audit.js';
 import { ServiceClock } from './clock.js';
+import { admitted as below, ahead } from './tickets.js';
 
 const ID = /^[1-9][0-9]{0,18}$/;
 // <kid>.<voucherId>.<userId>.<th>.<ticket>.<exp>.<sig>: the signed-in user's id is the third part.
 const PASS = /^[a-z0-9]{1,16}\.([1-9][0-9]*)\.([1-9][0-9]*)\./;
-const RECORD_EVERY_MS = 2000; // the edge caches the draw record for 2 s
-const ENTRY_EVERY_MS = 5000;
+// What an open page asks of the service (docs/page.md#what-the-page-asks-of-the-service):
+// docs/capacity.md's model assumes this schedule of the draw record's reads, per page, for a
+// draw of millions of entrants; change them together. Nothing else is read while waiting.
+const RECORD_WAIT_MS = 30000; // before the close: only the counts change, nobody is admitted
+const RECORD_CLOSE_JITTER_MS = 2000; // the read at the close, spread so pages do not ask at once
+const RECORD_EVERY_MS = 2000; // from the close until the seed is out (the edge caches it 2 s)
 const ORDER_EVERY_MS = 1000;
 const ORDER_TRIES = 60;
 const ANSWER_TIMEOUT_MS = 10000;
@@ -28,17 +33,17 @@ const sale = {
   isDraw: false,
   userId: null,
   entry: null, // {pass, ticket, late}
-  standing: null, // the entry route's {admitted, ahead, chance}
   record: null, // the draw record
   committed: null, // the commitment this page saw before the close
   order: null,
   pressing: false,
   done: false, // holds an order (or the sale is over for this user)
+  refused: false, // a press was answered SOLD_OUT or ENDED: the chance is over
   pausedUntil: 0,
   retries: 0,
   audited: false,
-  lastRecord: 0,
-  lastEntry: 0,
+  lastRecord: -Infinity, // when the record was last asked for, by the service's clock
+  closeJitter: Math.random() * RECORD_CLOSE_JITTER_MS,
 };
 
 // ---- The service's clock -------------------------------------------------------------------
@@ -161,8 +166,11 @@ async function start(token, shop, voucher) {
       $('draw').hidden = false;
       $('audit').hidden = false;
       sale.committed = store.getItem(`committed:${voucher}`);
-      await loadRecord();
-      await loadEntry(true);
+      // The entry this tab made; without one, the Enter button (which, for a buyer who
+      // entered elsewhere, answers the same ticket and a pass for this sign-in).
+      const saved = store.getItem(`entry:${voucher}`);
+      if (saved) setEntry(JSON.parse(saved));
+      if (!sale.record) await loadRecord();
     }
     await checkMyOrder(true);
   } catch {
@@ -191,7 +199,7 @@ async function findVoucher() {
 
 // The draw record; false when the voucher has none (not a draw).
 async function loadRecord() {
-  sale.lastRecord = Date.now();
+  sale.lastRecord = serviceNow();
   const answer = await call('GET', `/voucher/seckill/${sale.voucherId}/draw`);
   if (answer.status !== 200 || !answer.result?.data) return false;
   sale.record = answer.result.data;
@@ -201,22 +209,6 @@ async function loadRecord() {
     store.setItem(`committed:${sale.voucherId}`, sale.committed);
   }
   return true;
-}
-
-// The entry route: this user's ticket and standing. On the first call a ticket found without
-// a pass here (entered from another tab or device) gets a fresh pass from the entry itself.
-async function loadEntry(first = false) {
-  sale.lastEntry = Date.now();
-  const saved = store.getItem(`entry:${sale.voucherId}`);
-  if (first && saved) setEntry(JSON.parse(saved));
-  const answer = await call('GET', `${voucherPath()}/entry`, { auth: true });
-  if (answer.status !== 200) return;
-  const { ticket, late, admitted, ahead, chance } = answer.result.data;
-  sale.standing = { admitted, ahead, chance };
-  if (!sale.entry) {
-    setEntry({ pass: null, ticket, late });
-    if (first && chance !== 'over') await enter();
-  }
 }
 
 function setEntry(entry) {
@@ -233,7 +225,6 @@ async function enter() {
     if (answer.status === 200) {
       setEntry(answer.result.data);
       say(answer.result.data.late ? 'You entered after the close: you queue behind every earlier entrant.' : 'You are in the draw.');
-      await loadEntry();
     } else {
       say(refusal(answer));
     }
@@ -247,16 +238,25 @@ async function enter() {
 
 async function poll() {
   try {
-    const now = Date.now();
-    if (sale.isDraw && !sale.record?.seed && now - sale.lastRecord >= RECORD_EVERY_MS) await loadRecord();
-    const open = sale.standing?.chance !== 'over' && !sale.done;
-    if (sale.isDraw && sale.entry && open && now - sale.lastEntry >= ENTRY_EVERY_MS) await loadEntry();
-    if (sale.record?.seed && sale.entry && !sale.audited) await audit();
+    if (recordDue(serviceNow())) await loadRecord();
+    // The read that brought the seed is the audit's.
+    if (sale.record?.seed && sale.entry && !sale.audited) await audit(false);
   } catch {
     // No answer this time; the next turn asks again.
   }
   render();
   setTimeout(poll, 500);
+}
+
+// Whether to read the draw record now (service time): every RECORD_WAIT_MS before the close
+// (and before any record came), once at the close plus this page's jitter, then every
+// RECORD_EVERY_MS until the seed is out; never on a race.
+function recordDue(now) {
+  if (!sale.isDraw || sale.record?.seed) return false;
+  const since = now - sale.lastRecord;
+  const atClose = Date.parse(sale.record?.closesAt ?? '') + sale.closeJitter;
+  if (!(now >= atClose)) return since >= RECORD_WAIT_MS;
+  return sale.lastRecord < atClose || since >= RECORD_EVERY_MS;
 }
 
 // ---- The draw's cursor ----------------------------------------------------------------------
@@ -271,8 +271,21 @@ function cursorAt(now) {
 }
 
 function admitted(now) {
-  const cursor = cursorAt(now);
-  return Boolean(sale.entry && cursor !== null && sale.entry.ticket < cursor);
+  return Boolean(sale.entry && below(sale.entry.ticket, cursorAt(now)));
+}
+
+// Where the entry stands, from its ticket and the public record alone (what the entry route
+// would answer, save its "sold out with no hold outstanding", which only the service knows).
+function chance(now, w) {
+  if (!sale.entry) return null;
+  if (!w || now >= w.end || recordRevealed() || sale.refused) return 'over';
+  return admitted(now) ? 'admitted' : 'waiting';
+}
+
+function aheadOf(now) {
+  const record = sale.record;
+  if (!sale.entry || !record) return null;
+  return ahead(sale.entry.ticket, cursorAt(now), record.entrants - record.lateEntrants, record.lateEntrants);
 }
 
 // ---- Pressing -------------------------------------------------------------------------------
@@ -290,7 +303,7 @@ function canPress() {
   const earliest = clock.earliest();
   if (earliest < w.begin || clock.latest() >= w.end) return false;
   if (!sale.isDraw) return true;
-  return Boolean(sale.entry?.pass) && admitted(earliest) && sale.standing?.chance !== 'over';
+  return Boolean(sale.entry?.pass) && admitted(earliest) && !recordRevealed();
 }
 
 async function press() {
@@ -339,7 +352,9 @@ function settle(answer) {
     checkMyOrder(true);
   } else if (code === 'ENDED') {
     sale.done = true;
+    sale.refused = true;
   } else if (code === 'SOLD_OUT') {
+    sale.refused = true;
     sale.pausedUntil = Date.now() + SOLD_OUT_PAUSE_MS;
   } else if (code === 'NO_PASS') {
     // The pass is bound to the token it was issued for: entering again gives a fresh one.
@@ -409,10 +424,12 @@ function showOrder(order) {
 
 // ---- The audit ------------------------------------------------------------------------------
 
-async function audit() {
+// `reload`: read the record first (the button: a check now); the poll audits the record it
+// has just read.
+async function audit(reload) {
   sale.audited = true;
   $('audit-run').disabled = true;
-  await loadRecord();
+  if (reload) await loadRecord();
   const record = sale.record;
   const verdict = $('audit-verdict');
   if (!record?.seed) {
@@ -508,11 +525,13 @@ function renderDraw(now, w) {
   $('cursor').textContent = cursor ?? 'none yet: the draw has not closed';
   const entry = sale.entry;
   $('ticket').textContent = entry ? `${entry.ticket}${entry.late ? ' (late entry)' : ''}` : 'not entered';
-  // The record's moves say admitted as soon as one takes effect; the entry route, read less
-  // often, says the rest.
-  const admittedNow = admitted(now) && sale.standing?.chance !== 'over';
-  $('ahead').textContent = admittedNow ? 'nobody: you are admitted' : sale.standing ? `about ${sale.standing.ahead}` : '-';
-  $('chance').textContent = admittedNow ? 'admitted' : (sale.standing?.chance ?? '-');
+  // From the record's moves and counts, as of its last read; a move takes effect here at its
+  // time by the service's clock, read or not.
+  const standing = chance(now, w);
+  const waiting = aheadOf(now);
+  $('ahead').textContent =
+    standing === 'admitted' ? 'nobody: you are admitted' : standing === 'waiting' && waiting !== null ? `about ${waiting}` : '-';
+  $('chance').textContent = standing ?? '-';
   const over = !w || now >= w.end || record.seed !== null;
   $('enter').disabled = Boolean(entry?.pass) || over;
   $('enter').hidden = Boolean(entry?.pass);
@@ -522,8 +541,9 @@ function renderDraw(now, w) {
 function nextStep(now, close, w, over) {
   const entry = sale.entry;
   if (recordRevealed()) return 'The sale is over and its seed is out: check the draw below.';
-  if (over || sale.standing?.chance === 'over') return 'The sale is over for you: no unit can come back.';
+  if (over || (sale.done && sale.refused)) return 'The sale is over for you: no unit can come back.';
   if (sale.done) return 'You hold an order on this voucher.';
+  if (sale.refused) return 'Sold out when you pressed: a unit comes back only if a buyer does not pay in time.';
   if (!entry) {
     return now < close
       ? `Enter before the draw closes, in ${span(close - now)}: everyone who enters by then has the same chance.`
@@ -550,7 +570,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('enter').addEventListener('click', enter);
   $('press').addEventListener('click', press);
   $('my-order').addEventListener('click', () => checkMyOrder(false));
-  $('audit-run').addEventListener('click', audit);
+  $('audit-run').addEventListener('click', () => audit(true));
   $('sale-heading').tabIndex = -1;
   // Signed in already in this tab (a reload): go straight to the sale.
   const token = store.getItem('token');

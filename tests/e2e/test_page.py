@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import urllib3
@@ -123,10 +124,28 @@ class Buyer:
         """Sign in as a buyer does: the form, typed, submitted with the keyboard."""
         driver = self.focus()
         driver.get(f"{base}/page/index.html?shop={shop_id}&voucher={voucher_id}")
+        self.keep_requests()
         field = driver.find_element(By.ID, "token")
         field.send_keys(token)
         field.submit()
         self.until(lambda: "Loading" not in self.text("state"), "the sale loaded")
+
+    def reload(self) -> None:
+        """Reload the page, as a buyer does: the tab's sign-in (and entry) stay in it."""
+        self.focus().refresh()
+        self.keep_requests()
+        self.until(lambda: "Loading" not in self.text("state"), "the sale loaded again")
+
+    def keep_requests(self) -> None:
+        """Room for every request of this document in its Resource Timing entries (250 by
+        default, after which they are dropped)."""
+        self.focus().execute_script("performance.setResourceTimingBufferSize(100000)")
+
+    def requests(self, path_end: str) -> int:
+        """How many requests this document made to a path ending so (its Resource Timing
+        entries: every fetch, whatever its method)."""
+        names = self.focus().execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+        return sum(urlsplit(name).path.endswith(path_end) for name in names)
 
     def text(self, element: str) -> str:
         return str(self.focus().find_element(By.ID, element).text)
@@ -236,8 +255,9 @@ def test_a_draw_sale_from_entry_to_audit(
     stack: LocalStack, browser: WebDriver, creds: Credentials, mint: Callable[[int], str]
 ) -> None:
     """Two enter before the close, one unit: the first move admits one of them, who wins; the
-    other waits, not admitted; a third enters late. Once stopped, each page audits the draw and
-    agrees with seckill-draw verify; with the stored seed changed, the audit fails in words."""
+    other waits, not admitted; a third enters late. No page asks the entry route but its POST.
+    Once stopped, each page audits the draw and agrees with seckill-draw verify; with the stored
+    seed changed, the audit fails in words."""
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
     voucher = admin.create(
@@ -246,21 +266,33 @@ def test_a_draw_sale_from_entry_to_audit(
     )  # fmt: skip
     users = {"early": new_user(), "also early": new_user(), "late": new_user()}
     pages = {name: Buyer(browser, name) for name in users}
+    # The page asks the entry route only when Enter is pressed (a POST): never a GET.
+    entries = dict.fromkeys(pages.values(), 0)
     for name in ("early", "also early"):
         page = pages[name]
         page.open(stack.edge.url, shop, voucher, mint(users[name]))
         page.shows("draw-next", "Enter before the draw closes")
         if name == "early":
             page.screenshot("draw-1-before-entering")
+        assert page.requests("/entry") == 0
         page.click("enter")
+        entries[page] += 1
         page.shows("ticket", "0")
         page.shows("draw-next", "You are in the draw")
     pages["early"].screenshot("draw-2-entered", "draw")
     late = pages["late"]
     late.open(stack.edge.url, shop, voucher, mint(users["late"]))
     late.shows("draw-next", "The draw has closed")
+    # Closed by the service's clock too (the page's may be ahead by its margin): the close's move.
+    late.until(lambda: "none yet" not in late.text("cursor"), "the close's move in the record")
+    assert late.requests("/entry") == 0
     late.click("enter")
     late.shows("ticket", "(late entry)")
+    assert late.requests("/entry") == 1
+    # Reloaded, the page has its entry from the tab, and asks nothing of the entry route.
+    late.reload()
+    late.shows("ticket", "(late entry)")
+    assert not late.enabled("enter")
     # The first move, at the close, admits one of the two early entrants (their tickets decide).
     early = [pages["early"], pages["also early"]]
     first = early[0]
@@ -277,6 +309,9 @@ def test_a_draw_sale_from_entry_to_audit(
         page.shows("draw-next", "Not admitted yet")
         assert not page.enabled("press")
         assert page.text("press") == "Buy (not admitted yet)"
+        assert page.text("chance") == "waiting"
+        assert re.fullmatch(r"about \d+", page.text("ahead"))
+    assert winner.text("chance") == "admitted"
     waiting.screenshot("draw-5-not-admitted", "draw")
     late.screenshot("draw-6-late-entrant", "draw")
     # Stopped: the seed is out, and every page checks the draw by itself.
@@ -290,6 +325,8 @@ def test_a_draw_sale_from_entry_to_audit(
     assert "You were admitted at" in winner.text("audit-verdict")
     assert "You were not admitted" in waiting.text("audit-verdict")
     assert "late entry number 1 of 1" in late.text("audit-checks")
+    assert {page.name: page.requests("/entry") for page in entries} == {p.name: n for p, n in entries.items()}
+    assert {page.text("chance") for page in entries} == {"over"}
     winner.screenshot("draw-7-audit-passed", "audit")
     # A record whose seed is not the one committed to (changed where it is kept).
     connection = connect(creds)

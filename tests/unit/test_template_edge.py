@@ -392,7 +392,7 @@ def test_the_page_is_plain_files_with_no_inline_script_and_nothing_from_elsewher
     html = (page / "index.html").read_text(encoding="utf-8")
     assert re.findall(r"<script\b[^>]*>", html) == ['<script type="module" src="app.js">']
     assert not re.search(r"<style|\sstyle\s*=|\son[a-z]+\s*=", html)  # no inline style or handler
-    for name in ("index.html", "app.js", "audit.js", "clock.js", "style.css"):
+    for name in ("index.html", "app.js", "audit.js", "clock.js", "tickets.js", "style.css"):
         assert "://" not in (page / name).read_text(encoding="utf-8"), name  # nothing from another origin
 
 
