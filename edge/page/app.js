@@ -13,9 +13,11 @@ const PASS = /^[a-z0-9]{1,16}\.([1-9][0-9]*)\.([1-9][0-9]*)\./;
 // What an open page asks of the service (docs/page.md#what-the-page-asks-of-the-service):
 // docs/capacity.md's model assumes this schedule of the draw record's reads, per page, for a
 // draw of millions of entrants; change them together. Nothing else is read while waiting.
-const RECORD_WAIT_MS = 30000; // before the close: only the counts change, nobody is admitted
-const RECORD_CLOSE_JITTER_MS = 2000; // the read at the close, spread so pages do not ask at once
-const RECORD_EVERY_MS = 2000; // from the close until the seed is out (the edge caches it 2 s)
+const RECORD_WAIT_MS = 300000; // before the close: only the counts change, nobody is admitted
+const RECORD_CLOSE_JITTER_MS = 5000; // the read at the close, spread so pages do not ask at once
+// From the close until the seed is out. A move is recorded with every step's time, so the page
+// sees its step take effect without a read; only a wave (every waveSeconds) is news.
+const RECORD_EVERY_MS = 10000;
 const ORDER_EVERY_MS = 1000;
 const ORDER_TRIES = 60;
 const ANSWER_TIMEOUT_MS = 10000;
@@ -172,7 +174,10 @@ async function start(token, shop, voucher) {
       if (saved) setEntry(JSON.parse(saved));
       if (!sale.record) await loadRecord();
     }
-    await checkMyOrder(true);
+    // No order can exist before the opening: a page opened in a draw's entry hour asks nothing
+    // through the authorizer until it enters.
+    const w = saleWindow();
+    if (!w || clock.latest() >= w.begin) await checkMyOrder(true);
   } catch {
     $('state').textContent = 'The service did not answer: reload the page to try again.';
   }
