@@ -22,10 +22,14 @@
 -- their stock and their user. So the expected state is
 --   stock  = max(0, MySQL stock - outstanding)
 --   buyers = confirmed users + outstanding users
+-- A voucher whose stock key was gone (its state lost with Redis, marks included) is stamped
+-- with the window's "rebuilt" field, the Redis server's time (ms) of this rebuild: an order
+-- accepted before the loss may still be on its way, without a mark (seckill.press.orders.my_order).
 -- Returns {applied (0/1), old stock (-1 if missing), expected stock, buyers to add, buyers to remove,
 --          returns to record}.
 local mode = ARGV[1]
-local old_stock = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local stored = redis.call('GET', KEYS[1])
+local old_stock = tonumber(stored or '-1')
 if redis.call('HEXISTS', KEYS[3], 'provisional') == 1 then
   old_stock = -1 -- preloaded by a creation that had not committed: not the gate's yet
 end
@@ -90,6 +94,10 @@ for _, user in ipairs(remarked) do
   redis.call('HSET', KEYS[4], user, marks[user])
 end
 redis.call('HSET', KEYS[3], 'begin', ARGV[3], 'end', ARGV[4])
+if not stored then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[3], 'rebuilt', string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+end
 if (ARGV[9] or '') ~= '' then
   local draw = cjson.decode(ARGV[9])
   local decided = math.max(tonumber(redis.call('HGET', KEYS[3], 'decided') or '0'), draw.decided)

@@ -61,7 +61,8 @@ class Payer:
     def find_order(self, voucher_id: int, token: str, *, patience: float) -> dict[str, Any] | None:
         """The user's own order on the voucher (``GET /voucher-order/seckill/{voucherId}``), as the
         app asks for it after a press's answer was lost; 503 TRY_AGAIN (a press still being
-        placed, a dependency down) is asked again for ``patience`` seconds. None: none found."""
+        placed, a dependency down, or an order maybe still on its way for a while after Redis
+        lost its data) is asked again for ``patience`` seconds. None: none found."""
         url = f"{self.user_url}/voucher-order/seckill/{voucher_id}"
         deadline = time.monotonic() + patience
         while True:

@@ -378,8 +378,14 @@ async function lostAnswer() {
   if (found === false) say('The answer was lost, and the press took no order: you may press again.');
 }
 
-// "My order on this voucher": true (shown), false (none), null (no answer to tell).
-async function checkMyOrder(quiet) {
+let myOrderAgain = null; // the next ask after a 503 TRY_AGAIN: one chain at a time
+
+// "My order on this voucher": true (shown), false (none), null (no answer to tell yet). A 503
+// TRY_AGAIN (a press still being placed, or, after Redis lost its data, an order maybe still on
+// its way: docs/reservations.md) is asked again in the background, every 2 s for up to 2 minutes,
+// so that a caller (signing in) does not wait on it.
+async function checkMyOrder(quiet, triesLeft = ORDER_TRIES) {
+  clearTimeout(myOrderAgain);
   let answer;
   try {
     answer = await call('GET', voucherPath(), { auth: true });
@@ -396,6 +402,13 @@ async function checkMyOrder(quiet) {
   if (answer?.result?.code === 'ORDER_NOT_FOUND') {
     if (!quiet) say('You hold no order on this voucher.');
     return false;
+  }
+  if (answer?.result?.code === 'TRY_AGAIN' && triesLeft > 0) {
+    if (!quiet) say('Your order cannot be told yet: checking again in a moment…');
+    myOrderAgain = setTimeout(() => {
+      if (!sale.order) checkMyOrder(quiet, triesLeft - 1);
+    }, 2 * ORDER_EVERY_MS);
+    return null;
   }
   if (!quiet) say('Your order could not be checked now: try “Check my order” again in a moment.');
   return null;

@@ -186,7 +186,8 @@ def order_status(orderId: openapi.IdText) -> Response[str]:
     "/voucher-order/seckill/<voucherId>",
     operation_id="getMyOrder",
     summary="The caller's own order on this voucher, as the status route shows it (PENDING from its press's 202): "
-    "how a buyer whose answer was lost learns its order id; 503 also while that press is still being placed",
+    "how a buyer whose answer was lost learns its order id; 503 also while that press is still being placed, "
+    "and for 2 minutes after Redis lost the voucher's state (an order accepted before may be on its way)",
     **openapi.user_route(
         {
             200: openapi.answer("The caller's order", openapi.OrderStatusResult),

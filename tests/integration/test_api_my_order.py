@@ -17,6 +17,7 @@ from seckill.infra.db import Credentials, Database
 from seckill.messages import OrderMessage, OrderQueue, Sent
 from seckill.persist.persistence import NOT_QUEUED
 from seckill.press.gate import Gate, Mark
+from seckill.press.orders import IN_FLIGHT_AFTER_REBUILD
 from seckill.repair.reconcile import MIN_PENDING_AGE
 from tests.helpers import (
     Handler,
@@ -33,6 +34,7 @@ from tests.helpers import (
     new_user,
     persist,
     reconcile_voucher,
+    recover,
     seckill_event,
     status_event,
     stop_mysql,
@@ -263,6 +265,49 @@ def test_redis_without_its_data_is_503_not_404(
         expect_try_again(call(my_order_event(voucher_id, user_id)))
     finally:
         redis.set(keys.loaded(), 1)
+
+
+def test_after_redis_lost_its_data_an_order_still_on_its_way_is_503_not_404(
+    call: Call,
+    gate: Gate,
+    handlers: dict[str, Handler],
+    context: Any,
+    db: Database,
+    make_voucher: Callable[..., int],
+    queues: dict[str, str],
+    sqs: Any,
+    redis: Any,
+) -> None:
+    """A press accepted just before Redis lost its data sends its order only once recovery has
+    found the queue drained and rebuilt the voucher: no mark shows it, MySQL does not hold it
+    yet. Until the persister stores it the route says "try again", never "none"; a user with
+    no order at all is told so again once an order accepted before the loss must have arrived."""
+    voucher_id, kept, user_id = make_voucher(stock=2), make_voucher(stock=1), new_user()
+    message = accept(gate, voucher_id, user_id, promise=False)  # the gate said yes; the send is to come
+
+    redis.delete(*keys.voucher_keys(voucher_id), keys.loaded())  # Redis lost its data, the mark with it
+    expect_try_again(call(my_order_event(voucher_id, user_id)))
+    recovery = recover(db, redis, sqs, queues)
+    assert [r.applied for r in recovery.rebuilt if r.voucher_id == voucher_id] == [True]
+    assert redis.exists(keys.loaded())
+
+    queue = OrderQueue(sqs, queues["OrderQueue"])
+    assert queue.send(message) is Sent.SENT
+    assert not gate.promise(voucher_id, user_id, message.order_id)  # no mark left to promise
+    expect_try_again(call(my_order_event(voucher_id, user_id)))
+    expect_try_again(call(my_order_event(voucher_id, new_user())))  # nobody can tell them apart
+    # A voucher whose state was not lost knows its marks: no order there is no order.
+    expect_refusal(call(my_order_event(kept, new_user())), 404, "ORDER_NOT_FOUND")
+
+    persist(handlers, context, sqs, queues["OrderQueue"])
+    found = my_order(call, voucher_id, user_id)
+    assert (found["orderId"], found["status"]) == (str(message.order_id), "CONFIRMED")
+
+    rebuilt = int(redis.hget(keys.window(voucher_id), "rebuilt"))
+    bound_ms = int(IN_FLIGHT_AFTER_REBUILD.total_seconds() * 1000)
+    redis.hset(keys.window(voucher_id), "rebuilt", rebuilt - bound_ms)  # as it is once the bound has passed
+    expect_refusal(call(my_order_event(voucher_id, new_user())), 404, "ORDER_NOT_FOUND")
+    assert my_order(call, voucher_id, user_id) == found
 
 
 def test_mysql_down_a_promised_order_is_still_pending(

@@ -36,10 +36,17 @@ from seckill.press.gate import (
     Unmoved,
     Unsent,
 )
-from seckill.repair.reconcile import MIN_PENDING_AGE
+from seckill.repair.reconcile import DEFAULT_PENDING_AGE, MIN_PENDING_AGE
 from seckill.vouchers import ON_SALE
 
 log = logging.getLogger(__name__)
+
+# How long after a voucher's Redis state was rebuilt (lost, then recovered) an order accepted
+# before the loss may still be on its way to MySQL with no mark to show it: sent by a request
+# that lives at most MIN_PENDING_AGE, then stored within seconds. Reconciliation's scheduled
+# pending age, which the service already gives a promised order to reach MySQL before it
+# sends it again (docs/reservations.md, "Finding one's order").
+IN_FLIGHT_AFTER_REBUILD = DEFAULT_PENDING_AGE
 
 
 def place_order(
@@ -257,16 +264,18 @@ def my_order(db: Database, redis: RedisClient, voucher_id: int, user_id: int) ->
     have been told 202 for it (promised, or left by a request that is gone, which may have
     queued it: the persister stores it or reconciliation fails it, decided either way). A
     younger unpromised mark's request may still be running and may yet give it back: 503.
-    Without a mark, the user's latest refused order; else 404, or 503 while Redis cannot say
+    Without a mark, the user's latest refused order; else 404, or 503 while Redis cannot say:
+    its data lost, or the voucher's state rebuilt less than ``IN_FLIGHT_AFTER_REBUILD`` ago
     (docs/reservations.md, "Finding one's order").
     """
     try:
         mark = _mark(redis, voucher_id, user_id)
     except RedisError:
         mark = None
-    # Without a mark, Redis must hold its data (and answer) for "no order on its way" to be
-    # true; otherwise only MySQL's stored order is certain.
-    certain = mark is not None or hints.cache_complete(redis)
+    # Without a mark, Redis must hold its data (and answer), and no order accepted before it
+    # lost them may still be on its way, for "no order on its way" to be true; otherwise only
+    # MySQL's stored order is certain.
+    certain = mark is not None or (hints.cache_complete(redis) and not _rebuilt_lately(redis, voucher_id))
 
     def lookup(cursor: DictCursor) -> _Stored:
         order = holds.read_users_order(cursor, voucher_id, user_id)
@@ -303,6 +312,19 @@ def my_order(db: Database, redis: RedisClient, voucher_id: int, user_id: int) ->
 def _mark(redis: RedisClient, voucher_id: int, user_id: int) -> Mark | None:
     raw = redis.hget(keys.pending(voucher_id), str(user_id))
     return Mark.parse(raw) if raw else None
+
+
+def _rebuilt_lately(redis: RedisClient, voucher_id: int) -> bool:
+    """The voucher's state was rebuilt after a loss (``lua/restore.lua`` stamps the window) less
+    than ``IN_FLIGHT_AFTER_REBUILD`` ago, by the Redis server's clock, or Redis cannot say."""
+    try:
+        rebuilt = redis.hget(keys.window(voucher_id), "rebuilt")
+        if rebuilt is None:
+            return False
+        seconds, micros = redis.time()
+    except RedisError:
+        return True
+    return seconds * 1000 + micros // 1000 - int(rebuilt) < IN_FLIGHT_AFTER_REBUILD.total_seconds() * 1000
 
 
 def _request_gone(redis: RedisClient, mark: Mark) -> bool:
