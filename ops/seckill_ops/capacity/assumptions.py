@@ -221,7 +221,7 @@ ASSUMPTIONS: dict[str, Assumption] = {
             "entry_ms",
             5,
             "ms per POST entry",
-            "assumed: `make bench` section 9 measures an entry's handler at about 1.4 ms in-process here "
+            "assumed: `make bench` section 9 measures an early entry's handler at about 1.5 ms in-process here "
             "(6 MySQL round trips, one commit); through RDS Proxy each round trip and the commit's flush cost "
             "more, unmeasured on AWS",
         ),
