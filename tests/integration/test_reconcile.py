@@ -22,7 +22,8 @@ from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.press.gate import Gate
-from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
+from seckill.repair.counter import restore_order_counter
+from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding
 from seckill.repair.restore import restore
 from tests.helpers import (
     HINT_TTL,
