@@ -10,7 +10,7 @@ import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +88,11 @@ def redis_database(request: pytest.FixtureRequest) -> Iterator[str]:
     with claimed_database(client, f"pid {os.getpid()} run {RUN_ID}") as database:
         # The run's alone: earlier runs' leftovers go, the day's order-id counter among
         # them (each recovery raises it by 2^24, so a day of runs would overflow it). Then
-        # it holds every voucher of the run's fresh database, none: it has lost nothing.
-        # The day's counter starts well above 0, as a live one is, with room for hundreds
-        # of recoveries (with it at 0, one test's order ids met an earlier test's).
+        # it holds every voucher of the run's fresh database, none: it has lost nothing,
+        # and its counter at 0 repeats no id of that database (docs/testing.md).
         fresh = Redis(host="127.0.0.1", port=6379, db=database)
         fresh.flushdb()
         fresh.set(keys.loaded(), 1)
-        fresh.set(keys.order_counter(datetime.now(UTC)), 2**28 + secrets.randbelow(2**28))
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{database}"
         yield os.environ["REDIS_URL"]
     client.close()

@@ -73,9 +73,9 @@ def next_order_id(redis: RedisClient, now: float | None = None) -> int:
 
 BLOCK = 1000
 DAY_SECONDS = 86400
-# After Redis lost the day's counter, recovery raises it this far above the largest
-# sequence MySQL holds and above the counter its last recovery of the day set
-# (seckill.repair.recovery): more than the blocks containers may still hold (ten
+# After Redis lost the day's counter, it is raised this far above the largest
+# sequence MySQL holds and above the counter its last raise of the day set
+# (seckill.repair.counter) before Redis is marked loaded again: more than the blocks containers may still hold (ten
 # thousand of them: ten million) plus the orders not yet stored, so no sequence is
 # handed out twice; a day's 2^32 sequences leave room for 256 recoveries.
 LEASE_GAP = 1 << 24

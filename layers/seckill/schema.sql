@@ -118,7 +118,7 @@ CREATE TABLE IF NOT EXISTS tb_draw_move (
   PRIMARY KEY (voucher_id, at_ms)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
--- The order-id counter's value after each recovery (seckill.repair.recovery): blocks
+-- The order-id counter's value after each recovery (seckill.repair.counter): blocks
 -- leased since then lie above it, and MySQL's orders may not show them yet, so the
 -- next recovery of the same UTC day raises the counter above this too.
 CREATE TABLE IF NOT EXISTS tb_order_counter_floor (

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlencode
 
+import pymysql
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -23,7 +24,9 @@ from seckill.infra import keys
 from seckill.infra.clients import RedisClient
 from seckill.infra.db import Database
 from seckill.infra.errors import BadRequest, NotFound
+from seckill.infra.lua_scripts import Scripts
 from seckill.infra.timeutil import ISO_PATTERN, from_db, iso, parse_iso, to_db, to_ms, to_utc
+from seckill.repair.counter import restore_order_counter
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -226,11 +229,13 @@ def create_seckill_voucher(
     sell it) until the commit has succeeded: a creation that dies before or during
     its commit leaves nothing sellable, only keys that expire. If marking it final
     fails after the commit, the voucher is created and reconciliation, which counts
-    a provisional voucher as missing, makes it sellable."""
+    a provisional voucher as missing, makes it sellable. The only voucher of the last
+    day then marks the cache complete (``_mark_complete``)."""
     preloaded: int | None = None
+    alone = False
 
     def insert_and_preload(cursor: DictCursor) -> int:
-        nonlocal preloaded
+        nonlocal preloaded, alone
         cursor.execute(_INSERT_VOUCHER, _voucher_row(voucher))
         voucher_id = int(cursor.lastrowid)
         cursor.execute(
@@ -255,8 +260,6 @@ def create_seckill_voucher(
             redis, voucher_id, voucher.stock, voucher.begin_time, voucher.end_time, provisional=True, close=closes_at
         )
         preloaded = voucher_id
-        if alone:
-            redis.set(keys.loaded(), 1)
         return voucher_id
 
     try:
@@ -269,7 +272,23 @@ def create_seckill_voucher(
         make_final(redis, voucher_id)
     except RedisError:
         log.warning("voucher %s created; reconciliation will put it on sale in Redis", voucher_id, exc_info=True)
+    if alone:
+        _mark_complete(db, redis)
     return voucher_id
+
+
+def _mark_complete(db: Database, redis: RedisClient) -> None:
+    """Mark Redis loaded (it holds every voucher the gate may need). Missing, the mark
+    says Redis lost its data (or is new), the day's order-id counter with it, while warm
+    containers may still hold blocks leased before: the counter is raised first, as
+    recovery raises it, or a new container would lease those blocks again and make the
+    same ids. A failure leaves the mark to recovery: the voucher is created either way."""
+    try:
+        if not redis.exists(keys.loaded()):
+            restore_order_counter(db, Scripts.register(redis))
+            redis.set(keys.loaded(), 1)
+    except (RedisError, pymysql.Error):
+        log.warning("voucher created; recovery will mark Redis loaded", exc_info=True)
 
 
 def _insert_draw(cursor: DictCursor, voucher_id: int, voucher: SeckillVoucherIn, closes_at: datetime) -> None:

@@ -22,7 +22,8 @@ from seckill.infra.errors import Refusal, SeckillError
 from seckill.infra.lua_scripts import Scripts
 from seckill.messages import OrderMessage, OrderQueue, Sent, queue_depth, wait_drained
 from seckill.press.gate import Gate
-from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding, restore_order_counter
+from seckill.repair.counter import restore_order_counter
+from seckill.repair.recovery import Recovery, read_dead_letters, rebuild, rebuilding
 from seckill.repair.restore import restore
 from tests.helpers import (
     HINT_TTL,
@@ -371,11 +372,12 @@ def test_rebuild_raises_the_order_id_counter_to_what_mysql_holds(
     before = int(redis.get(key))
     try:
         redis.delete(key)
-        assert restore_order_counter(db, scripts) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
-        assert int(redis.get(key)) >= (order_id & SEQUENCE_MASK) + LEASE_GAP
-        # Never lowered: a counter already past the gap stays where it is.
-        redis.set(key, before + 2 * LEASE_GAP)
-        assert restore_order_counter(db, scripts) == before + 2 * LEASE_GAP
+        raised = restore_order_counter(db, scripts)
+        assert raised >= (order_id & SEQUENCE_MASK) + LEASE_GAP
+        assert int(redis.get(key)) == raised
+        # Never lowered: a counter already past the gap (the recorded one's) stays where it is.
+        redis.set(key, raised + 2 * LEASE_GAP)
+        assert restore_order_counter(db, scripts) == raised + 2 * LEASE_GAP
     finally:
         redis.set(key, max(before, int(redis.get(key) or 0)))
     assert next_order_id(redis) & SEQUENCE_MASK > order_id & SEQUENCE_MASK

@@ -14,6 +14,7 @@ import pytest
 import redis as redis_lib
 
 from seckill import vouchers
+from seckill.ids import SEQUENCE_MASK, OrderIds
 from seckill.infra import keys
 from seckill.infra.db import Credentials, Database, connect
 from seckill.infra.errors import Refusal, TryAgain
@@ -163,6 +164,32 @@ def test_the_only_voucher_of_the_last_day_declares_the_cache_complete(
     insert_seckill_row(own_db, datetime.now(UTC) - vouchers.LOADED_HORIZON - timedelta(minutes=1))
     created.append(vouchers.create_seckill_voucher(own_db, redis, seckill_voucher()))
     assert redis.get(keys.loaded()) == "1"  # the gate may trust "not found" again
+
+
+def test_the_only_voucher_after_a_loss_leases_no_block_a_warm_container_still_holds(
+    own_db: Database, redis: Any, created: list[int]
+) -> None:
+    """Redis lost its data, the day's order-id counter with it, while a warm container
+    kept the block it had leased; then the only voucher of the last day is created and
+    marks Redis loaded. A container started now leases above that block, as after
+    recovery: the counter back at 0 gave it the same block, and both containers made the
+    same order id in the same second for two buyers."""
+    now = datetime.now(UTC)
+    key, second = keys.order_counter(now), now.timestamp()  # every id of the test in one second
+    before = int(redis.get(key) or 0)
+    try:
+        redis.delete(key)  # the day's first block, which a counter back at 0 leases again
+        warm = OrderIds(redis, clock=lambda: second)
+        warm.give_back(warm.take())  # a refused press: its block is leased
+        redis.delete(key, keys.loaded())  # the loss
+        created.append(vouchers.create_seckill_voucher(own_db, redis, seckill_voucher()))
+        assert redis.get(keys.loaded()) == "1"
+        started = OrderIds(redis, clock=lambda: second)
+        assert started.take() != warm.take()
+        assert started.take() & SEQUENCE_MASK > warm.block
+    finally:
+        redis.set(keys.loaded(), 1)
+        redis.set(key, max(before, int(redis.get(key) or 0)))
 
 
 @pytest.mark.parametrize("ended_ago", [None, timedelta(hours=12)], ids=["on-sale", "ended-12-hours-ago"])
