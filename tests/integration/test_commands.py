@@ -151,7 +151,8 @@ def test_recovery_command_rebuilds_a_lost_voucher(
     assert done.returncode == 0, done.stderr
     assert f"voucher {voucher_id}: stock None -> 4" in done.stdout
     assert redis.get(keys.stock(voucher_id)) == "4"
-    assert redis.hlen(keys.window(voucher_id)) == 2
+    # The window again, stamped as rebuilt: an order accepted before the loss may be on its way.
+    assert sorted(redis.hkeys(keys.window(voucher_id))) == ["begin", "end", "rebuilt"]
 
 
 def test_recovery_command_sends_the_rebuilt_state_to_the_edge(
