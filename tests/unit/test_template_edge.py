@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from seckill.infra import results
 from seckill.press.gate import REFUSALS
 from seckill_local import edge_function_command
 from seckill_local.checkout import ROOT
@@ -549,7 +550,14 @@ def test_rate_limits_guard_the_press_and_order_routes(
         for route in ("/voucher-order/seckill/1", "/voucher-order/2", "/voucher-order/2/cancel"):
             assert route.startswith(path["SearchString"]), route
         assert not "/voucher/list/1".startswith(path["SearchString"])
-        assert rule["Action"] == {"Block": {"CustomResponse": {"ResponseCode": 429}}}
+        answer = {"ResponseCode": 429, "CustomResponseBodyKey": "too-many-requests"}
+        assert rule["Action"] == {"Block": {"CustomResponse": answer}}
+    # Its body is a Result, byte for byte as the function would write it.
+    body = waf_stack(transformed, edge, waf)["EdgeWebAcl"]["Properties"]["CustomResponseBodies"]["too-many-requests"]
+    assert body["ContentType"] == "APPLICATION_JSON"
+    result = json.loads(body["Content"])
+    assert body["Content"] == results.fail(429, result["code"], result["errorMsg"]).body
+    assert result["code"] == "TOO_MANY_REQUESTS"
     token = found["press-rate-per-token"]["Statement"]["RateBasedStatement"]["CustomKeys"]
     assert token == [{"Header": {"Name": "authorization", "TextTransformations": [{"Priority": 0, "Type": "NONE"}]}}]
     # A buyer presses once or a few times: the defaults are far above that, and the IP's above the token's.
