@@ -144,6 +144,9 @@ class Runner:
 def cmd_start_sqs(args: argparse.Namespace) -> int:
     from moto.server import ThreadedMotoServer
 
+    from seckill_local import moto_sqs
+
+    moto_sqs.install()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
