@@ -260,9 +260,13 @@ def test_a_draw_sale_from_entry_to_audit(
     seed changed, the audit fails in words."""
     assert stack.edge is not None
     admin, shop = Admin(stack.api_url), new_user()
+    # 25 s from the close to the opening: a page reads the record at the close (within 5 s)
+    # and 10 s later, so it knows of the close's move before the opening either way. No wave
+    # before the sale is stopped (the first, at the opening + 120 s, would be decided while
+    # the unit may not be bought yet).
     voucher = admin.create(
-        shop, title=TITLE, stock=1, beginTime=soon(18), endTime=soon(300),
-        admission="draw", admitFactor=1, drawCloseSeconds=5, waveSeconds=5,
+        shop, title=TITLE, stock=1, beginTime=soon(40), endTime=soon(300),
+        admission="draw", admitFactor=1, drawCloseSeconds=25, waveSeconds=120,
     )  # fmt: skip
     users = {"early": new_user(), "also early": new_user(), "late": new_user()}
     pages = {name: Buyer(browser, name) for name in users}
@@ -301,7 +305,7 @@ def test_a_draw_sale_from_entry_to_audit(
     waiting = next(p for p in early if p is not winner)
     assert not winner.enabled("press")  # admitted, but the sale has not opened
     winner.screenshot("draw-3-admitted", "draw")
-    winner.until(lambda: winner.enabled("press"), "the press enabled at the opening")
+    winner.until(lambda: winner.enabled("press"), "the press enabled at the opening", timeout=WAIT + 25)
     winner.click("press")
     winner.shows("order-status", "CONFIRMED")
     winner.screenshot("draw-4-won", "buy")
