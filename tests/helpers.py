@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -455,3 +456,62 @@ def invoke(module: ModuleType, context: Any, sample: str, *records: dict[str, An
     response = module.lambda_handler(json.loads(json.dumps(event)), context)
     assert set(response) == {"batchItemFailures"}, response
     return {f["itemIdentifier"] for f in response["batchItemFailures"]}
+
+
+# --- a stand-in for the local API, behind the local edge ----------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Upstream:
+    """Stands in for the local API: records each request, answers a fixed 404 of its own."""
+
+    STATUS = 404
+    HEADERS = {"content-type": "application/json", "x-upstream": "yes", "set-cookie": "a=1"}
+    BODY = b'{"success": false, "data": null, "errorMsg": "voucher not found", "code": "VOUCHER_NOT_FOUND"}'
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        # One connection, one request: the next one on it is dropped unanswered, as by a
+        # server that closed the connection while it sat idle in the edge's pool.
+        self.one_per_connection = False
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
+
+            served = 0
+
+            def _serve(self) -> None:
+                self.served += 1
+                if upstream.one_per_connection and self.served > 1:
+                    self.close_connection = True
+                    return
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                upstream.seen.append(Seen(self.command, self.path, headers, body))
+                self.send_response(upstream.STATUS)
+                for name, value in upstream.HEADERS.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(upstream.BODY)))
+                self.end_headers()
+                self.wfile.write(upstream.BODY)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()

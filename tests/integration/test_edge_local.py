@@ -12,13 +12,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.client import HTTPConnection
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,78 +31,9 @@ from seckill_demo.forged import forged_passes
 from seckill_local.edge import BUCKET, KVS_ARN, EdgeServer, distribution, kvs_environment, local_kvs_client
 from seckill_local.runner import Runner
 from seckill_local.template import Template
+from tests.helpers import Upstream
 
 TOKEN = "Bearer local-edge-test"  # the edge reads only that there is one; the upstream checks nothing
-
-
-@dataclass(frozen=True)
-class Seen:
-    method: str
-    target: str
-    headers: dict[str, str]
-    body: bytes
-
-
-class Upstream:
-    """Stands in for the local API: records each request, answers a fixed 404 of its own."""
-
-    STATUS = 404
-    HEADERS = {"content-type": "application/json", "x-upstream": "yes", "set-cookie": "a=1"}
-    BODY = b'{"success": false, "data": null, "errorMsg": "voucher not found", "code": "VOUCHER_NOT_FOUND"}'
-
-    def __init__(self) -> None:
-        self.seen: list[Seen] = []
-        # One connection, one request: the next one on it is dropped unanswered, as by a
-        # server that closed the connection while it sat idle in the edge's pool.
-        self.one_per_connection = False
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def __getattr__(self, name: str) -> Any:
-                if name.startswith("do_"):
-                    return self._serve
-                raise AttributeError(name)
-
-            served = 0
-
-            def _serve(self) -> None:
-                self.served += 1
-                if upstream.one_per_connection and self.served > 1:
-                    self.close_connection = True
-                    return
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                upstream.seen.append(Seen(self.command, self.path, headers, body))
-                self.send_response(upstream.STATUS)
-                for name, value in upstream.HEADERS.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(upstream.BODY)))
-                self.end_headers()
-                self.wfile.write(upstream.BODY)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
-
-
-@pytest.fixture
-def edge(upstream: Upstream) -> Iterator[EdgeServer]:
-    with EdgeServer(upstream.url) as server:
-        yield server
 
 
 @pytest.fixture

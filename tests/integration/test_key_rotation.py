@@ -37,7 +37,6 @@ from seckill_local.checkout import ROOT, TEMPLATE
 from seckill_local.edge import EdgeServer, local_kvs_client
 from seckill_local.runner import Runner
 from tests.helpers import load_event, module_of, new_user
-from tests.integration.test_edge_local import Upstream
 from tests.integration.test_edge_publisher import publisher_module
 
 K1 = "11" * 32
@@ -88,20 +87,6 @@ def metrics() -> Iterator[Metrics]:
     shared.clear_metrics()
     yield shared
     shared.clear_metrics()
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
-
-
-@pytest.fixture
-def edge(upstream: Upstream) -> Iterator[EdgeServer]:
-    with EdgeServer(upstream.url) as server:
-        yield server
 
 
 @dataclass
