@@ -106,16 +106,7 @@ class Presses:
     def turn(self, kind: str, mode: str, users: list[int]) -> tuple[list[float], list[float]]:
         """Each press's seconds, with and without its SendMessage; answers checked after the clock."""
         events = [self.event(mode, u, i) for i, u in enumerate(users)]
-        contexts = [LocalContext(self.paths.fn.logical_id, 30) for _ in users]
-        handler, timer = self.paths.handler_warm, self.paths.timer
-        seconds, without, answers = [], [], []
-        for event, context in zip(events, contexts, strict=True):
-            sent = timer.total
-            started = time.perf_counter()
-            answers.append(handler(event, context))
-            took = time.perf_counter() - started
-            seconds.append(took)
-            without.append(took - (timer.total - sent))
+        seconds, without, answers = self.paths.each_timed(self.paths.handler_warm, events)
         wrong = [label for label in (outcome(a)[0] for a in answers) if label != KINDS[kind]]
         if wrong:
             raise RuntimeError(f"{mode} on {kind}: expected {KINDS[kind]}, got {wrong[0]} ({len(wrong)})")

@@ -31,7 +31,6 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +48,6 @@ from seckill import vouchers
 from seckill.draw import entries
 from seckill.infra.db import Database
 from seckill_local.checkout import ROOT
-from seckill_local.lambdas import LocalContext
 from seckill_local.template import Function
 
 CALLS = {  # contender: the answer each of its calls must get
@@ -139,18 +137,9 @@ class Calls:
         else:
             users = [far_id() for _ in range(count)]
         events = [self.event(contender, u, first + i) for i, u in enumerate(users)]
-        contexts = [LocalContext(self.paths.fn.logical_id, 30) for _ in users]
         handler = self.paths.handler_cold if contender == "press_refused" else self.paths.handler_warm
-        timer = self.paths.timer
-        seconds, without, answers = [], [], []
         mysql, redis = self.mysql.count, self.paths.round_trips.count
-        for event, context in zip(events, contexts, strict=True):
-            sent = timer.total
-            started = time.perf_counter()
-            answers.append(handler(event, context))
-            took = time.perf_counter() - started
-            seconds.append(took)
-            without.append(took - (timer.total - sent))
+        seconds, without, answers = self.paths.each_timed(handler, events)
         trips = self.trips[contender]
         trips[0] += count
         trips[1] += self.mysql.count - mysql

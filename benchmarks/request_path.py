@@ -117,6 +117,23 @@ class Paths:
             self.gate_cold, self.redis, self.queue, self.db, self.open_sale, self.buyer, status_ttl=self.ttl
         )
 
+    def each_timed(
+        self, handler: Callable[[dict[str, Any], Any], Any], events: list[dict[str, Any]]
+    ) -> tuple[list[float], list[float], list[Any]]:
+        """``events`` through ``handler`` one at a time, each call timed alone: its seconds,
+        the same less the time inside SendMessage, and the answers (checked by the caller,
+        after the clock)."""
+        contexts = [LocalContext(self.fn.logical_id, 30) for _ in events]
+        seconds, without, answers = [], [], []
+        for event, context in zip(events, contexts, strict=True):
+            sent = self.timer.total
+            started = time.perf_counter()
+            answers.append(handler(event, context))
+            took = time.perf_counter() - started
+            seconds.append(took)
+            without.append(took - (self.timer.total - sent))
+        return seconds, without, answers
+
     def requests(self, kind: str, contender: str, n: int) -> Callable[[], list[Any]]:
         """A loop of n requests of this kind; returns each answer as it came (``label``
         reads them once the clock has stopped: reading an answer is the client's work)."""
