@@ -44,6 +44,15 @@ def _answer(ticket: str, late: bool) -> dict[str, Any]:
     return {"statusCode": 200, "body": json.dumps({"success": True, "data": {"ticket": ticket, "late": late}})}
 
 
+def _count(cursor: Any, voucher_id: int, user_id: int) -> None:
+    """The entrant counted in its slot, as the route's writes do."""
+    cursor.execute(
+        "INSERT INTO tb_draw_entrants (voucher_id, slot, entrants) VALUES (%s, %s, 1)"
+        " ON DUPLICATE KEY UPDATE entrants = entrants + 1",
+        (voucher_id, user_id % SLOTS),
+    )
+
+
 def early(event: dict[str, Any], _context: Any) -> dict[str, Any]:
     voucher_id, user_id = _ids(event)
     ticket = early_ticket(SEED, voucher_id, user_id)
@@ -52,11 +61,7 @@ def early(event: dict[str, Any], _context: Any) -> dict[str, Any]:
             "INSERT IGNORE INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 0)",
             (voucher_id, user_id, ticket),
         )
-        cursor.execute(
-            "INSERT INTO tb_draw_entrants (voucher_id, slot, entrants) VALUES (%s, %s, 1)"
-            " ON DUPLICATE KEY UPDATE entrants = entrants + 1",
-            (voucher_id, user_id % SLOTS),
-        )
+        _count(cursor, voucher_id, user_id)
     _conn.commit()
     return _answer(ticket, False)
 
@@ -75,10 +80,6 @@ def late(event: dict[str, Any], _context: Any) -> dict[str, Any]:
             "INSERT INTO tb_draw_entry (voucher_id, user_id, ticket, late) VALUES (%s, %s, %s, 1)",
             (voucher_id, user_id, ticket),
         )
-        cursor.execute(
-            "INSERT INTO tb_draw_entrants (voucher_id, slot, entrants) VALUES (%s, %s, 1)"
-            " ON DUPLICATE KEY UPDATE entrants = entrants + 1",
-            (voucher_id, user_id % SLOTS),
-        )
+        _count(cursor, voucher_id, user_id)
     _conn.commit()
     return _answer(ticket, True)
