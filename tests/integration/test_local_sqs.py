@@ -1,17 +1,13 @@
 """``seckill-local start-sqs``: moto's SQS as seckill_local.moto_sqs patches it, in a
 server process of its own (the patch applies to that process only, not to the suite's
-moto server). Several receivers at once, as the feeder's pollers are: each message
-received once, each moved to the dead-letter queue once, no request failing; the
-approximate counts and the long poll as SQS gives them."""
+moto server): the approximate counts and the long poll as SQS gives them, with the
+visibility and delay read by the patch."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +20,6 @@ from seckill_local.ports import free_port
 from seckill_local.processes import stop_group
 from seckill_local.sqs import LOCAL_AWS
 from tests.helpers import wait_for
-
-RECEIVERS = 8
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +46,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def sqs(endpoint: str) -> Any:
     """A client that tries once: a request the server fails shows, not retried away."""
-    config = Config(retries={"max_attempts": 1, "mode": "standard"}, max_pool_connections=RECEIVERS + 2)
+    config = Config(retries={"max_attempts": 1, "mode": "standard"})
     return boto3.client(
         "sqs",
         endpoint_url=endpoint,
@@ -74,58 +68,6 @@ def send(sqs: Any, url: str, count: int) -> list[str]:
         entries = [{"Id": str(i), "MessageBody": f"m{start + i}"} for i in range(min(10, count - start))]
         ids += [s["MessageId"] for s in sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"]]
     return ids
-
-
-def receive_all(sqs: Any, url: str, **receive: Any) -> tuple[list[str], list[BaseException]]:
-    """RECEIVERS threads receive from the queue until it answers empty twice in a row each;
-    every message id received, and every request that failed."""
-    received: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def receiver() -> None:
-        empty = 0
-        while empty < 2:
-            try:
-                messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, **receive)
-            except Exception as exc:
-                with lock:
-                    errors.append(exc)
-                continue
-            found = messages.get("Messages", [])
-            empty = 0 if found else empty + 1
-            with lock:
-                received.extend(m["MessageId"] for m in found)
-
-    threads = [threading.Thread(target=receiver) for _ in range(RECEIVERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return received, errors
-
-
-def test_receivers_at_once_get_each_message_once(sqs: Any) -> None:
-    url = new_queue(sqs, VisibilityTimeout="60")
-    sent = send(sqs, url, 400)
-    received, errors = receive_all(sqs, url)
-    assert errors == []
-    assert [i for i, n in Counter(received).items() if n > 1] == []
-    assert sorted(received) == sorted(sent)
-
-
-def test_receivers_at_once_move_each_message_to_the_dead_letter_queue_once(sqs: Any) -> None:
-    dlq = new_queue(sqs)
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    url = new_queue(sqs, RedrivePolicy=json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}))
-    sent = send(sqs, url, 300)
-    # Each message visible again at once: its next receive moves it.
-    received, errors = receive_all(sqs, url, VisibilityTimeout=0)
-    assert errors == []
-    assert set(received) <= set(sent)
-    moved, errors = receive_all(sqs, dlq, VisibilityTimeout=60)
-    assert errors == []
-    assert sorted(moved) == sorted(sent)
 
 
 def test_the_approximate_counts_are_sqss(sqs: Any) -> None:
